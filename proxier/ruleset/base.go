@@ -1,0 +1,177 @@
+package ruleset
+
+import (
+	"fmt"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Names of the shared chains, sets and maps of docs/ruleset-layout.md. They exist in
+// every ruleset, whatever the Services, so that a sync never creates or deletes them.
+const (
+	ChainNatPrerouting          = "nat-prerouting"
+	ChainNatOutput              = "nat-output"
+	ChainNatPostrouting         = "nat-postrouting"
+	ChainFilterPrerouting       = "filter-prerouting"
+	ChainFilterInput            = "filter-input"
+	ChainFilterForward          = "filter-forward"
+	ChainFilterOutput           = "filter-output"
+	ChainFilterOutputPostDNAT   = "filter-output-post-dnat"
+	ChainServices               = "services"
+	ChainMarkForMasquerade      = "mark-for-masquerade"
+	ChainMasquerading           = "masquerading"
+	ChainETPLocal               = "etp-local"
+	ChainNodePortETPLocal       = "nodeport-etp-local"
+	ChainServiceEndpointsCheck  = "service-endpoints-check"
+	ChainNodePortEndpointsCheck = "nodeport-endpoints-check"
+	ChainFirewallCheck          = "firewall-check"
+	ChainClusterIPsCheck        = "cluster-ips-check"
+	ChainReject                 = "reject-chain"
+
+	SetClusterIPs            = "cluster-ips"
+	SetNodePortIPs           = "nodeport-ips"
+	SetHairpin               = "hairpin"
+	SetExternalMasq          = "external-masq"
+	SetNodePortMasq          = "nodeport-masq"
+	MapServiceIPs            = "service-ips"
+	MapServiceNodePorts      = "service-nodeports"
+	MapETPCluster            = "etp-cluster"
+	MapETPLocal              = "etp-local"
+	MapNodePortETPCluster    = "nodeport-etp-cluster"
+	MapNodePortETPLocal      = "nodeport-etp-local"
+	MapNoEndpointServices    = "no-endpoint-services"
+	MapNoEndpointNodePorts   = "no-endpoint-nodeports"
+	MapFirewallIPs           = "firewall-ips"
+	MapBackends              = "backends"
+	MapLocalBackends         = "local-backends"
+	MapNodePortBackends      = "nodeport-backends"
+	MapNodePortLocalBackends = "nodeport-local-backends"
+)
+
+// The verdicts of the no-endpoint maps.
+const (
+	verdictReject = "goto " + ChainReject
+	verdictDrop   = "drop"
+)
+
+// baseChain is a chain hooked into netfilter, with the jumps it holds.
+type baseChain struct {
+	name     string
+	typ      knftables.BaseChainType
+	hook     knftables.BaseChainHook
+	priority int
+	rules    []string
+}
+
+// baseChains are the hooks of the layout. Priorities are numbers because nft 1.0.6
+// rejects the "dstnat" keyword on an ip nat output chain. The endpoint check of
+// locally sent packets runs after output DNAT (priority -90, not -110): node traffic
+// to an externalTrafficPolicy Local frontend without local endpoints must reach
+// etp-local, which sends it to all endpoints, before the "drop" for that frontend in
+// no-endpoint-services can see it; before DNAT it would be dropped.
+var baseChains = []baseChain{
+	{ChainNatPrerouting, knftables.NATType, knftables.PreroutingHook, -100, []string{"jump " + ChainServices}},
+	{ChainNatOutput, knftables.NATType, knftables.OutputHook, -100, []string{"jump " + ChainServices}},
+	{ChainNatPostrouting, knftables.NATType, knftables.PostroutingHook, 100, []string{"jump " + ChainMasquerading}},
+	{ChainFilterPrerouting, knftables.FilterType, knftables.PreroutingHook, -110, []string{
+		"ct state new jump " + ChainFirewallCheck,
+	}},
+	{ChainFilterInput, knftables.FilterType, knftables.InputHook, -110, []string{
+		"ct state new jump " + ChainNodePortEndpointsCheck,
+		"ct state new jump " + ChainServiceEndpointsCheck,
+	}},
+	{ChainFilterForward, knftables.FilterType, knftables.ForwardHook, -110, []string{
+		"ct state new jump " + ChainServiceEndpointsCheck,
+		"ct state new jump " + ChainClusterIPsCheck,
+	}},
+	{ChainFilterOutput, knftables.FilterType, knftables.OutputHook, -110, []string{
+		"ct state new jump " + ChainFirewallCheck,
+	}},
+	{ChainFilterOutputPostDNAT, knftables.FilterType, knftables.OutputHook, -90, []string{
+		"ct state new jump " + ChainServiceEndpointsCheck,
+		"ct state new jump " + ChainClusterIPsCheck,
+	}},
+}
+
+// addBaseChains adds the hooked chains and their jumps.
+func (b *builder) addBaseChains() {
+	for _, bc := range baseChains {
+		b.rs.AddChain(knftables.Chain{
+			Name:     bc.name,
+			Type:     knftables.PtrTo(bc.typ),
+			Hook:     knftables.PtrTo(bc.hook),
+			Priority: knftables.PtrTo(knftables.BaseChainPriority(fmt.Sprint(bc.priority))),
+		})
+		for _, r := range bc.rules {
+			b.rs.AddRule(bc.name, r)
+		}
+	}
+}
+
+// addSetsAndMaps declares every shared set and map.
+func (b *builder) addSetsAndMaps() {
+	a := b.fam.addrType
+	svcKey := a + " . inet_proto . inet_service"
+	npKey := "inet_proto . inet_service"
+	for name, typ := range map[string]string{
+		SetClusterIPs:   a,
+		SetNodePortIPs:  a,
+		SetHairpin:      a + " . " + a,
+		SetExternalMasq: svcKey,
+		SetNodePortMasq: npKey,
+	} {
+		b.rs.AddSet(&knftables.Set{Name: name, Type: typ})
+	}
+	for name, typ := range map[string]string{
+		MapServiceIPs:          svcKey + " : verdict",
+		MapETPCluster:          svcKey + " : verdict",
+		MapETPLocal:            svcKey + " : verdict",
+		MapNoEndpointServices:  svcKey + " : verdict",
+		MapFirewallIPs:         svcKey + " : verdict",
+		MapServiceNodePorts:    npKey + " : verdict",
+		MapNodePortETPCluster:  npKey + " : verdict",
+		MapNodePortETPLocal:    npKey + " : verdict",
+		MapNoEndpointNodePorts: npKey + " : verdict",
+	} {
+		b.rs.AddMap(&knftables.Map{Name: name, Type: typ})
+	}
+	// The backends maps are typeof maps because a numgen value has no named type.
+	ip := b.fam.ip
+	value := " : " + ip + " daddr . th dport"
+	svcTypeOf := ip + " daddr . meta l4proto . th dport . numgen random mod 1" + value
+	npTypeOf := "meta l4proto . th dport . numgen random mod 1" + value
+	b.rs.AddMap(&knftables.Map{Name: MapBackends, TypeOf: svcTypeOf})
+	b.rs.AddMap(&knftables.Map{Name: MapLocalBackends, TypeOf: svcTypeOf})
+	b.rs.AddMap(&knftables.Map{Name: MapNodePortBackends, TypeOf: npTypeOf})
+	b.rs.AddMap(&knftables.Map{Name: MapNodePortLocalBackends, TypeOf: npTypeOf})
+}
+
+// addSharedChains adds the regular chains whose rules do not depend on Services.
+// The services, masquerading and etp-local chains are left to the masquerade and
+// dispatch code, which owns their content.
+func (b *builder) addSharedChains() {
+	ip := b.fam.ip
+	svcKey := ip + " daddr . meta l4proto . th dport"
+	npMatch := ip + " daddr @" + SetNodePortIPs + " meta l4proto . th dport"
+
+	b.chain(ChainServiceEndpointsCheck, svcKey+" vmap @"+MapNoEndpointServices)
+	b.chain(ChainNodePortEndpointsCheck, npMatch+" vmap @"+MapNoEndpointNodePorts)
+	b.chain(ChainFirewallCheck, svcKey+" vmap @"+MapFirewallIPs)
+	b.chain(ChainReject, "reject")
+
+	check := []string{ip + " daddr @" + SetClusterIPs + " reject"}
+	if cidrs := b.fam.prefixes(b.cfg.ServiceCIDRs); len(cidrs) > 0 {
+		// An address of the service range that no Service holds is dropped rather than
+		// routed on, where it would leak out of the node's default route.
+		check = append(check, ip+" daddr "+prefixMatch(cidrs)+" drop")
+	}
+	b.chain(ChainClusterIPsCheck, check...)
+}
+
+// chain adds a regular chain with the given rules.
+func (b *builder) chain(name string, rules ...string) {
+	b.rs.AddChain(knftables.Chain{Name: name})
+	for _, r := range rules {
+		b.rs.AddRule(name, r)
+	}
+}

@@ -1,0 +1,182 @@
+package ruleset
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/state"
+)
+
+// TableComment is the comment of every table the proxier owns.
+const TableComment = "nftproxy: Kubernetes Service proxy"
+
+// Build returns the ruleset of docs/ruleset-layout.md for one family (ip or ip6)
+// of st, as this node (st.Node) should have it. cfg must already be defaulted and
+// valid. Only addresses of the family are used, and a Service takes part only when
+// it has a ClusterIP of the family. Build is pure and deterministic: it reads st
+// and cfg without changing or keeping them, and equal inputs give equal rulesets.
+//
+// When two Services claim the same frontend (address, protocol and port, or node
+// port), a ClusterIP wins over an external address, and otherwise the Service
+// first in namespace/name order wins; the loser gets no rules for that frontend.
+//
+// Build panics when family is neither ip nor ip6: that is a programming error, and
+// an inet table would need a different layout.
+func Build(st *state.ClusterState, cfg Config, family knftables.Family) *Ruleset {
+	if family != knftables.IPv4Family && family != knftables.IPv6Family {
+		panic(fmt.Sprintf("ruleset.Build: family %q: want ip or ip6", family))
+	}
+	b := &builder{
+		rs:      New(family, cfg.Table),
+		cfg:     cfg,
+		fam:     newFamilyInfo(family),
+		node:    st.Node,
+		claimed: map[string]string{},
+	}
+	b.rs.Comment = TableComment
+	b.addBaseChains()
+	b.addSetsAndMaps()
+	b.addSharedChains()
+	b.addServicesChain()
+	b.addMasquerading()
+	b.addETPLocalChains()
+	b.addNodePortIPs()
+
+	svcs := b.services(st)
+	b.claimClusterIPs(svcs)
+	for _, svc := range svcs {
+		b.addService(st, svc)
+	}
+	return b.rs
+}
+
+// BuildAll builds the ruleset of both families, keyed by family.
+func BuildAll(st *state.ClusterState, cfg Config) map[knftables.Family]*Ruleset {
+	return map[knftables.Family]*Ruleset{
+		knftables.IPv4Family: Build(st, cfg, knftables.IPv4Family),
+		knftables.IPv6Family: Build(st, cfg, knftables.IPv6Family),
+	}
+}
+
+// builder holds what one Build needs while it fills in the ruleset.
+type builder struct {
+	rs   *Ruleset
+	cfg  Config
+	fam  familyInfo
+	node state.Node
+	// claimed maps each frontend key to the id of the Service port that owns it.
+	claimed map[string]string
+}
+
+// servicePort is one port of a Service being built, with its endpoints chosen.
+type servicePort struct {
+	svc  *state.Service
+	port state.ServicePort
+	// id is the port's PortID, which names its chains and comments its elements.
+	id  string
+	sel state.Selection
+}
+
+// services returns the Services that have a ClusterIP of the family, ordered by
+// name so that conflicts resolve the same way on every Build.
+func (b *builder) services(st *state.ClusterState) []*state.Service {
+	var out []*state.Service
+	for _, svc := range st.Services {
+		if len(b.fam.addrs(svc.ClusterIPs)) > 0 {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, func(x, y *state.Service) int {
+		return strings.Compare(x.Name.String(), y.Name.String())
+	})
+	return out
+}
+
+// addNodePortIPs fills nodeport-ips with the node's addresses that serve node ports:
+// those of the family inside cfg.NodePortAddresses (all of them when it has no
+// prefix of this family, as kube-proxy does), and never loopback, whose traffic the
+// kernel will not route to another host after DNAT.
+func (b *builder) addNodePortIPs() {
+	allowed := b.fam.prefixes(b.cfg.NodePortAddresses)
+	for _, a := range b.fam.addrs(b.node.Addresses) {
+		if a.IsLoopback() || a.IsUnspecified() {
+			continue
+		}
+		if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			continue
+		}
+		b.rs.AddElement(&knftables.Element{Set: SetNodePortIPs, Key: []string{addrString(a)}})
+	}
+}
+
+// claimClusterIPs claims every ClusterIP frontend before any external one, since
+// ClusterIPs are allocated uniquely and an ExternalIP that reuses one is the error.
+func (b *builder) claimClusterIPs(svcs []*state.Service) {
+	for _, svc := range svcs {
+		for _, p := range svc.Ports {
+			for _, a := range b.fam.addrs(svc.ClusterIPs) {
+				b.claim(frontendKey(a, p), PortID(svc, p))
+			}
+		}
+	}
+}
+
+// claim reports whether Service port id may use the frontend key, claiming it
+// when it is free.
+func (b *builder) claim(key []string, id string) bool {
+	k := strings.Join(key, " . ")
+	if owner, ok := b.claimed[k]; ok {
+		return owner == id
+	}
+	b.claimed[k] = id
+	return true
+}
+
+// addService adds everything one Service needs: its ClusterIPs in cluster-ips and,
+// per port, its frontends.
+func (b *builder) addService(st *state.ClusterState, svc *state.Service) {
+	for _, a := range b.fam.addrs(svc.ClusterIPs) {
+		b.rs.AddElement(&knftables.Element{Set: SetClusterIPs, Key: []string{addrString(a)}})
+	}
+	for _, p := range svc.Ports {
+		eps := b.familyEndpoints(st.Endpoints(svc, p))
+		sp := &servicePort{svc: svc, port: p, id: PortID(svc, p), sel: state.Select(svc, eps, b.node)}
+		b.addHairpin(sp)
+		b.addClusterIPFrontends(sp)
+		b.addExternalFrontends(sp)
+		b.addNodePortFrontend(sp)
+	}
+}
+
+// familyEndpoints returns the endpoints of the family, so that selection (topology
+// hints in particular) looks only at the endpoints this table can reach, as it
+// would with the EndpointSlices of this family alone.
+func (b *builder) familyEndpoints(eps []state.Endpoint) []state.Endpoint {
+	var out []state.Endpoint
+	for _, e := range eps {
+		if b.fam.has(e.Address) {
+			e.Address = e.Address.Unmap().WithZone("")
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// addHairpin adds every usable endpoint of sp to the hairpin set.
+func (b *builder) addHairpin(sp *servicePort) {
+	for _, eps := range [][]state.Endpoint{sp.sel.Cluster, sp.sel.Local} {
+		for _, e := range eps {
+			a := addrString(e.Address)
+			b.rs.AddElement(&knftables.Element{Set: SetHairpin, Key: []string{a, a}})
+		}
+	}
+}
+
+// frontendKey returns the key of an address frontend: address . protocol . port.
+func frontendKey(a netip.Addr, p state.ServicePort) []string {
+	return []string{addrString(a), string(p.Protocol), itoa(p.Port)}
+}

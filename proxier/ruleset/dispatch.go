@@ -1,0 +1,201 @@
+package ruleset
+
+import (
+	"slices"
+	"strconv"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/state"
+)
+
+// frontendKind names the maps, sets and chains of one kind of frontend: address
+// frontends (ClusterIP, ExternalIP, LoadBalancer IP; keyed address . proto . port)
+// or node ports (keyed proto . port on any address in nodeport-ips). The two kinds
+// are built by the same code with these names swapped in.
+type frontendKind struct {
+	dispatch      string
+	noEndpoints   string
+	masq          string
+	etpChain      string
+	etpCluster    string
+	etpLocal      string
+	backends      string
+	localBackends string
+	// dnatPrefix starts the names of the dnat-N chains of this kind.
+	dnatPrefix string
+	// byAddress is true when the frontend key starts with the destination address.
+	byAddress bool
+}
+
+var (
+	addressFrontends = frontendKind{
+		dispatch: MapServiceIPs, noEndpoints: MapNoEndpointServices, masq: SetExternalMasq,
+		etpChain: ChainETPLocal, etpCluster: MapETPCluster, etpLocal: MapETPLocal,
+		backends: MapBackends, localBackends: MapLocalBackends,
+		dnatPrefix: "dnat-", byAddress: true,
+	}
+	nodePortFrontends = frontendKind{
+		dispatch: MapServiceNodePorts, noEndpoints: MapNoEndpointNodePorts, masq: SetNodePortMasq,
+		etpChain: ChainNodePortETPLocal, etpCluster: MapNodePortETPCluster, etpLocal: MapNodePortETPLocal,
+		backends: MapNodePortBackends, localBackends: MapNodePortLocalBackends,
+		dnatPrefix: "nodeport-dnat-",
+	}
+)
+
+// addETPLocalChains adds the chains that split traffic to an externalTrafficPolicy
+// Local frontend: pod traffic and the node's own traffic may use every endpoint
+// (the node's own source address must be masqueraded, since the frontend address is
+// local and the reply would not come back otherwise), while traffic from outside
+// only goes to this node's endpoints, keeping the client's source address.
+func (b *builder) addETPLocalChains() {
+	for _, k := range []*frontendKind{&addressFrontends, &nodePortFrontends} {
+		key := b.keyExpr(k)
+		var rules []string
+		if pod, ok := b.podTraffic(false); ok {
+			rules = append(rules, pod+" "+key+" vmap @"+k.etpCluster)
+		}
+		rules = append(rules,
+			"fib saddr type local jump "+ChainMarkForMasquerade,
+			"fib saddr type local "+key+" vmap @"+k.etpCluster,
+			key+" vmap @"+k.etpLocal,
+		)
+		b.chain(k.etpChain, rules...)
+	}
+}
+
+// keyExpr returns the packet expression that matches the frontend keys of kind k.
+func (b *builder) keyExpr(k *frontendKind) string {
+	if k.byAddress {
+		return b.fam.ip + " daddr . meta l4proto . th dport"
+	}
+	return "meta l4proto . th dport"
+}
+
+// addClusterIPFrontends dispatches each ClusterIP of sp to its internal endpoints:
+// the local ones under internalTrafficPolicy Local, else the cluster-wide ones.
+func (b *builder) addClusterIPFrontends(sp *servicePort) {
+	for _, a := range b.fam.addrs(sp.svc.ClusterIPs) {
+		if key := frontendKey(a, sp.port); b.claim(key, sp.id) {
+			b.route(sp, &addressFrontends, addressFrontends.dispatch, key, sp.sel.Internal, sp.svc.InternalPolicyLocal)
+		}
+	}
+}
+
+// addExternalFrontends dispatches each ExternalIP and LoadBalancer IP of sp, behind
+// the source-range firewall for LoadBalancer IPs.
+func (b *builder) addExternalFrontends(sp *servicePort) {
+	lbs := b.fam.addrs(sp.svc.LoadBalancerIPs)
+	for _, a := range b.fam.addrs(slices.Concat(sp.svc.ExternalIPs, sp.svc.LoadBalancerIPs)) {
+		key := frontendKey(a, sp.port)
+		if !b.claim(key, sp.id) {
+			continue
+		}
+		if len(sp.svc.SourceRanges) > 0 && slices.Contains(lbs, a) {
+			b.addFirewall(sp, key)
+		}
+		b.addExternalFrontend(sp, &addressFrontends, key)
+	}
+}
+
+// addNodePortFrontend dispatches the node port of sp, if it has one.
+func (b *builder) addNodePortFrontend(sp *servicePort) {
+	if sp.port.NodePort == 0 {
+		return
+	}
+	key := []string{string(sp.port.Protocol), itoa(sp.port.NodePort)}
+	if b.claim(key, sp.id) {
+		b.addExternalFrontend(sp, &nodePortFrontends, key)
+	}
+}
+
+// addExternalFrontend dispatches a frontend reachable from outside the cluster.
+// Under externalTrafficPolicy Cluster it is masqueraded and sent to every endpoint;
+// under Local it goes through the etp-local chain, which picks the etp-cluster or
+// etp-local map by where the traffic comes from.
+func (b *builder) addExternalFrontend(sp *servicePort, k *frontendKind, key []string) {
+	if !sp.svc.ExternalPolicyLocal {
+		b.rs.AddElement(&knftables.Element{Set: k.masq, Key: slices.Clone(key)})
+		b.route(sp, k, k.dispatch, key, sp.sel.Cluster, false)
+		return
+	}
+	if !sp.sel.Any {
+		b.noEndpoints(sp, k, key)
+		return
+	}
+	b.dispatchElement(k.dispatch, key, "goto "+k.etpChain, sp)
+	if len(sp.sel.Cluster) > 0 {
+		b.dispatchElement(k.etpCluster, key, b.dispatchVerdict(sp, k, key, sp.sel.Cluster, false), sp)
+	}
+	b.route(sp, k, k.etpLocal, key, sp.sel.Local, true)
+}
+
+// route puts frontend key into dispatch map m, sending it to eps, or, when eps is
+// empty, into the no-endpoint map of its kind.
+func (b *builder) route(sp *servicePort, k *frontendKind, m string, key []string, eps []state.Endpoint, local bool) {
+	if len(eps) == 0 {
+		b.noEndpoints(sp, k, key)
+		return
+	}
+	b.dispatchElement(m, key, b.dispatchVerdict(sp, k, key, eps, local), sp)
+}
+
+// noEndpoints sends new connections to frontend key to the reject chain when the
+// Service port has no usable endpoint at all, so that clients fail fast, and drops
+// them when it only lacks endpoints for this traffic (a Local policy without local
+// endpoints): the Service works, just not on this node, so clients must not be told
+// it refuses connections; a load balancer's health check steers them elsewhere.
+func (b *builder) noEndpoints(sp *servicePort, k *frontendKind, key []string) {
+	verdict := verdictDrop
+	if !sp.sel.Any {
+		verdict = verdictReject
+	}
+	b.dispatchElement(k.noEndpoints, key, verdict, sp)
+}
+
+// dispatchVerdict returns the verdict that DNATs traffic of frontend key to one of
+// eps (non-empty), adding the objects it needs: the affinity chains under
+// sessionAffinity ClientIP, else the shared dnat-N chain and the backends elements
+// of the frontend. local selects the local variants (dnat-local-N, local-backends,
+// affinity-local), which hold a frontend's local endpoints beside its cluster ones.
+func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
+	if sp.svc.AffinityTimeout > 0 {
+		return "goto " + b.affinityChain(sp, eps, local)
+	}
+	backends := k.backends
+	if local {
+		backends = k.localBackends
+	}
+	for i, e := range eps {
+		b.rs.AddElement(&knftables.Element{
+			Map:   backends,
+			Key:   append(slices.Clip(key), strconv.Itoa(i)),
+			Value: []string{addrString(e.Address), itoa(e.Port)},
+		})
+	}
+	return "goto " + b.dnatChain(k, len(eps), local)
+}
+
+// dnatChain returns the name of the chain that DNATs to one of n backends of the
+// kind, adding it on first use so that only the counts in use have a chain.
+func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
+	name, backends := k.dnatPrefix, k.backends
+	if local {
+		name, backends = name+"local-", k.localBackends
+	}
+	name += strconv.Itoa(n)
+	if _, ok := b.rs.Chains[name]; ok {
+		return name
+	}
+	// The protocol match tells nft that th dport is meaningful; every Service
+	// protocol shares the chain.
+	b.chain(name, "meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" . numgen random mod "+strconv.Itoa(n)+" map @"+backends)
+	return name
+}
+
+// dispatchElement adds a verdict-map element, commented with its Service port.
+func (b *builder) dispatchElement(m string, key []string, verdict string, sp *servicePort) {
+	b.rs.AddElement(&knftables.Element{Map: m, Key: slices.Clone(key), Value: []string{verdict}, Comment: elementComment(sp.id)})
+}
+
+func itoa(n uint16) string { return strconv.Itoa(int(n)) }

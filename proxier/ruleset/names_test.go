@@ -1,0 +1,141 @@
+package ruleset
+
+import (
+	"net/netip"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/state"
+)
+
+func TestPortID(t *testing.T) {
+	svc := &state.Service{Name: state.ServiceName{Namespace: "default", Name: "web"}}
+	for _, tc := range []struct {
+		port state.ServicePort
+		want string
+	}{
+		{state.ServicePort{Name: "http", Protocol: state.TCP, Port: 80}, "default/web/tcp/http"},
+		{state.ServicePort{Protocol: state.UDP, Port: 53}, "default/web/udp/53"},
+		{state.ServicePort{Name: "m3ua", Protocol: state.SCTP, Port: 2905}, "default/web/sctp/m3ua"},
+	} {
+		if got := PortID(svc, tc.port); got != tc.want {
+			t.Errorf("PortID(%+v) = %q, want %q", tc.port, got, tc.want)
+		}
+	}
+}
+
+// TestNameHash pins the hash to values computed independently (Python's
+// base64.b32encode(hashlib.sha256(id).digest())[:8]): chain names must not change
+// between releases, or an upgrade would rebuild every per-Service chain.
+func TestNameHash(t *testing.T) {
+	for id, want := range map[string]string{
+		"default/web/tcp/http":    "SUSTUHLJ",
+		"kube-system/api/tcp/443": "2GKMX3QC",
+	} {
+		if got := NameHash(id); got != want {
+			t.Errorf("NameHash(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
+
+// nftName is what nft accepts as a chain or set name (its scanner's "string").
+var nftName = regexp.MustCompile(`^[a-zA-Z_.][a-zA-Z0-9/\-_.]*$`)
+
+func TestPortChainName(t *testing.T) {
+	if got, want := PortChainName(kindAffinity, "default/web/tcp/http"), "affinity-SUSTUHLJ-default/web/tcp/http"; got != want {
+		t.Errorf("PortChainName = %q, want %q", got, want)
+	}
+	long := strings.Repeat("n", 253) + "/" + strings.Repeat("s", 253) + "/tcp/http"
+	got := PortChainName(kindAffinityLocal, long)
+	if len(got) != maxNameLen {
+		t.Errorf("PortChainName of a long id has length %d, want %d", len(got), maxNameLen)
+	}
+	if want := "affinity-local-" + NameHash(long) + "-nnn"; !strings.HasPrefix(got, want) {
+		t.Errorf("PortChainName of a long id = %q, want prefix %q", got, want)
+	}
+	if !nftName.MatchString(got) {
+		t.Errorf("PortChainName = %q is not a valid nft name", got)
+	}
+}
+
+func TestEndpointChainName(t *testing.T) {
+	for _, tc := range []struct {
+		ep   string
+		want string
+	}{
+		{"10.1.0.5:8080", "affinity-ep-SUSTUHLJ-default/web/tcp/http__10.1.0.5/8080"},
+		// nft refuses ':' in names; '-' keeps distinct addresses distinct.
+		{"[fd01::1:5]:8080", "affinity-ep-SUSTUHLJ-default/web/tcp/http__fd01--1-5/8080"},
+		{"[fd01:0:0:1::5]:80", "affinity-ep-SUSTUHLJ-default/web/tcp/http__fd01-0-0-1--5/80"},
+	} {
+		got := EndpointChainName(kindAffinityEP, "default/web/tcp/http", netip.MustParseAddrPort(tc.ep))
+		if got != tc.want {
+			t.Errorf("EndpointChainName(%s) = %q, want %q", tc.ep, got, tc.want)
+		}
+		if !nftName.MatchString(got) {
+			t.Errorf("EndpointChainName(%s) = %q is not a valid nft name", tc.ep, got)
+		}
+	}
+
+	// A name too long loses part of the Service port id, never the endpoint.
+	long := strings.Repeat("n", 253) + "/" + strings.Repeat("s", 253) + "/tcp/http"
+	ep := netip.MustParseAddrPort("[fd01:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535")
+	got := EndpointChainName(kindAffinityEP, long, ep)
+	if len(got) != maxNameLen {
+		t.Errorf("EndpointChainName of a long id has length %d, want %d", len(got), maxNameLen)
+	}
+	if want := "__fd01-ffff-ffff-ffff-ffff-ffff-ffff-ffff/65535"; !strings.HasSuffix(got, want) {
+		t.Errorf("EndpointChainName of a long id = %q, want suffix %q", got, want)
+	}
+}
+
+func TestElementComment(t *testing.T) {
+	if got := *elementComment("default/web/tcp/http"); got != "default/web/tcp/http" {
+		t.Errorf("elementComment kept %q", got)
+	}
+	if got := *elementComment(strings.Repeat("x", 200)); len(got) != knftables.CommentLengthMax {
+		t.Errorf("elementComment of 200 characters has length %d, want %d", len(got), knftables.CommentLengthMax)
+	}
+}
+
+func TestFamilyPrefixes(t *testing.T) {
+	in := prefixes("10.1.2.3/8", "10.128.0.0/9", "192.0.2.7/32", "2001:db8::/32", "172.16.0.0/12", "10.0.0.0/8")
+	got := newFamilyInfo(knftables.IPv4Family).prefixes(in)
+	want := prefixes("10.0.0.0/8", "172.16.0.0/12", "192.0.2.7/32")
+	if diff := cmp.Diff(want, got, netipComparers); diff != "" {
+		t.Errorf("prefixes (-want +got):\n%s", diff)
+	}
+	if got, want := prefixMatch(got), "{ 10.0.0.0/8, 172.16.0.0/12, 192.0.2.7 }"; got != want {
+		t.Errorf("prefixMatch = %q, want %q", got, want)
+	}
+	if got := newFamilyInfo(knftables.IPv6Family).prefixes(in); len(got) != 1 || got[0].String() != "2001:db8::/32" {
+		t.Errorf("ip6 prefixes = %v, want [2001:db8::/32]", got)
+	}
+}
+
+func TestFamilyAddrs(t *testing.T) {
+	in := addrs("10.0.0.1", "::ffff:10.0.0.2", "fd00::1", "10.0.0.1", "fe80::1%eth0")
+	if got, want := newFamilyInfo(knftables.IPv4Family).addrs(in), addrs("10.0.0.1", "10.0.0.2"); !cmp.Equal(got, want, netipComparers) {
+		t.Errorf("ip addrs = %v, want %v", got, want)
+	}
+	if got, want := newFamilyInfo(knftables.IPv6Family).addrs(in), addrs("fd00::1", "fe80::1"); !cmp.Equal(got, want, netipComparers) {
+		t.Errorf("ip6 addrs = %v, want %v", got, want)
+	}
+}
+
+func TestAffinityTimeout(t *testing.T) {
+	for in, want := range map[time.Duration]time.Duration{
+		3 * time.Hour:           3 * time.Hour,
+		1500 * time.Millisecond: 2 * time.Second,
+		time.Nanosecond:         time.Second,
+	} {
+		if got := affinityTimeout(in); got != want {
+			t.Errorf("affinityTimeout(%v) = %v, want %v", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,232 @@
+package ruleset
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/state"
+)
+
+// syntheticCluster returns n Services with unique addresses that cycle through
+// every feature (types, traffic policies, affinity, source ranges, dual-stack,
+// endpoint counts 0..3 on this node and others, not-ready and terminating ones).
+func syntheticCluster(n int) *state.ClusterState {
+	st := newCluster()
+	for i := range n {
+		id := fmt.Sprintf("ns%d/svc%d", i%7, i)
+		ips := fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
+		if i%3 == 0 {
+			ips += fmt.Sprintf(",fd02::%x", i+1)
+		}
+		ext := fmt.Sprintf("203.0.%d.%d", 113+i/250, i%250+1)
+		var opts []svcOpt
+		switch i % 8 {
+		case 1:
+			opts = append(opts, nodePortType)
+		case 2:
+			opts = append(opts, loadBalancer(ext))
+		case 3:
+			opts = append(opts, loadBalancer(ext), etpLocal)
+		case 4:
+			opts = append(opts, externalIPs(ext), etpLocal, affinity(time.Minute))
+		case 5:
+			opts = append(opts, itpLocal)
+		case 6:
+			opts = append(opts, affinity(3*time.Hour), nodePortType)
+		case 7:
+			opts = append(opts, loadBalancer(ext), sourceRanges("192.0.2.0/24", "2001:db8::/32"))
+		}
+		var nodePort uint16
+		if i%8 == 1 || i%8 == 2 || i%8 == 3 || i%8 == 6 || i%8 == 7 {
+			nodePort = uint16(30000 + i)
+		}
+		proto := []func(string, uint16, uint16) state.ServicePort{tcp, udp, sctp}[i%3]
+		svc := addService(st, id, ips, append(opts, ports(proto("p", 80, nodePort), tcp("", 8443, 0)))...)
+		var eps []state.SliceEndpoint
+		// The count cycles on its own, so that each feature meets every count.
+		for j := range (i + i/8) % 4 {
+			node := []string{nodeName, "node-b"}[(i+j)%2]
+			var o []epOpt
+			switch (i + j) % 5 {
+			case 3:
+				o = append(o, notReady)
+			case 4:
+				o = append(o, terminating(true))
+			}
+			eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d", 1+j, i/250, i%250+1), node, o...))
+		}
+		addSlice(st, svc, "v4", targets(svc, 8080), eps...)
+		if i%3 == 0 && len(eps) > 0 {
+			addSlice(st, svc, "v6", targets(svc, 8080), ep(fmt.Sprintf("fd01::%x", i+1), nodeName))
+		}
+	}
+	return st
+}
+
+// everything is a cluster with every feature and the base configuration.
+func everything(t testing.TB) (*state.ClusterState, Config) {
+	t.Helper()
+	cfg := baseConfig()
+	cfg.NodePortAddresses = prefixes("192.168.0.0/16", "fd00::/8")
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return syntheticCluster(96), cfg
+}
+
+// TestBuildDeterministic builds the same input many times: Go randomizes map
+// iteration, so any order leaking from the state's maps into rule order, element
+// values or the winner of a conflict shows up as a differing dump.
+func TestBuildDeterministic(t *testing.T) {
+	st, cfg := everything(t)
+	build := func(f knftables.Family) *Ruleset { return Build(st, cfg, f) }
+	want := dumpRulesets(t, cfg.Table, dual, build)
+	for i := range 20 {
+		if got := dumpRulesets(t, cfg.Table, dual, build); got != want {
+			t.Fatalf("build %d differs from the first (-first +this):\n%s", i+2, cmp.Diff(want, got))
+		}
+	}
+	// A state built again from scratch, with its maps filled in a new order,
+	// gives the same ruleset too.
+	st2, _ := everything(t)
+	if got := dumpRulesets(t, cfg.Table, dual, func(f knftables.Family) *Ruleset { return Build(st2, cfg, f) }); got != want {
+		t.Fatalf("an equal state gives a different ruleset (-first +other):\n%s", cmp.Diff(want, got))
+	}
+}
+
+var netipComparers = cmp.Options{
+	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+	cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
+}
+
+// TestBuildPure checks that Build leaves its inputs as they were and keeps no
+// reference to them: changing the state afterwards does not change the ruleset.
+func TestBuildPure(t *testing.T) {
+	st, cfg := everything(t)
+	pristine, pristineCfg := everything(t)
+	rulesets := BuildAll(st, cfg)
+	if diff := cmp.Diff(pristine, st, netipComparers); diff != "" {
+		t.Errorf("Build changed the ClusterState (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(pristineCfg, cfg, netipComparers); diff != "" {
+		t.Errorf("Build changed the Config (-before +after):\n%s", diff)
+	}
+
+	dump := func() string {
+		return dumpRulesets(t, cfg.Table, dual, func(f knftables.Family) *Ruleset { return rulesets[f] })
+	}
+	before := dump()
+	for _, svc := range st.Services {
+		svc.ClusterIPs[0] = netip.MustParseAddr("172.31.255.255")
+		svc.Ports[0].Port = 1
+		svc.Name.Name = "changed"
+	}
+	for _, slices := range st.Slices {
+		for _, sl := range slices {
+			for i := range sl.Endpoints {
+				sl.Endpoints[i].Address = netip.MustParseAddr("10.255.255.255")
+			}
+		}
+	}
+	st.Node.Addresses[0] = netip.MustParseAddr("192.168.255.255")
+	cfg.ClusterCIDRs[0] = netip.MustParsePrefix("11.0.0.0/8")
+	if after := dump(); after != before {
+		t.Errorf("changing the inputs after Build changed the ruleset (-before +after):\n%s", cmp.Diff(before, after))
+	}
+}
+
+// TestBuildAll checks that BuildAll gives each family's Build result.
+func TestBuildAll(t *testing.T) {
+	st, cfg := everything(t)
+	all := BuildAll(st, cfg)
+	if len(all) != 2 {
+		t.Fatalf("BuildAll returned %d families, want 2", len(all))
+	}
+	for _, f := range dual {
+		want := dumpRulesets(t, cfg.Table, []knftables.Family{f}, func(f knftables.Family) *Ruleset { return Build(st, cfg, f) })
+		got := dumpRulesets(t, cfg.Table, []knftables.Family{f}, func(knftables.Family) *Ruleset { return all[f] })
+		if got != want {
+			t.Errorf("BuildAll[%s] differs from Build (-Build +BuildAll):\n%s", f, cmp.Diff(want, got))
+		}
+		if all[f].Family != f || all[f].Table != cfg.Table {
+			t.Errorf("BuildAll[%s] is for %s %s", f, all[f].Family, all[f].Table)
+		}
+	}
+}
+
+// TestBuildFamilySeparation checks that no address of the other family reaches a
+// table, whatever the cluster holds.
+func TestBuildFamilySeparation(t *testing.T) {
+	st, cfg := everything(t)
+	for f, rs := range BuildAll(st, cfg) {
+		dump := dumpRulesets(t, cfg.Table, []knftables.Family{f}, func(knftables.Family) *Ruleset { return rs })
+		for _, line := range strings.Split(dump, "\n") {
+			if !strings.HasPrefix(line, "add element") {
+				continue
+			}
+			_, body, _ := strings.Cut(line, "{")
+			for _, word := range strings.Fields(strings.NewReplacer(",", " ", "}", " ", "[", " ", "]", " ").Replace(body)) {
+				a, err := netip.ParseAddr(word)
+				if err != nil {
+					continue
+				}
+				if a.Is6() != (f == knftables.IPv6Family) {
+					t.Errorf("%s table holds %s: %s", f, a, line)
+				}
+			}
+		}
+	}
+}
+
+// TestDNATChainsOnlyForCountsInUse checks that a dnat-N chain exists exactly when
+// some dispatch element sends traffic to it.
+func TestDNATChainsOnlyForCountsInUse(t *testing.T) {
+	st, cfg := everything(t)
+	for f, rs := range BuildAll(st, cfg) {
+		used := map[string]bool{}
+		for _, es := range rs.Elements {
+			for _, e := range es {
+				if len(e.Value) == 1 && strings.HasPrefix(e.Value[0], "goto ") {
+					used[strings.TrimPrefix(e.Value[0], "goto ")] = true
+				}
+			}
+		}
+		for name := range rs.Chains {
+			if strings.HasPrefix(name, "dnat-") || strings.HasPrefix(name, "nodeport-dnat-") {
+				if !used[name] {
+					t.Errorf("%s: chain %s exists but nothing goes to it", f, name)
+				}
+			}
+		}
+		for name := range used {
+			if rs.Chains[name] == nil {
+				t.Errorf("%s: an element goes to missing chain %s", f, name)
+			}
+		}
+	}
+}
+
+func TestBuildRejectsInet(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Build(inet) did not panic")
+		}
+	}()
+	Build(newCluster(), baseConfig(), knftables.InetFamily)
+}
+
+// BenchmarkBuild measures a full Build of the ip table for 10k Services.
+func BenchmarkBuild(b *testing.B) {
+	st, cfg := syntheticCluster(10000), baseConfig()
+	cfg.Defaults()
+	for b.Loop() {
+		Build(st, cfg, knftables.IPv4Family)
+	}
+}

@@ -1,0 +1,184 @@
+// Package ruleset builds the nftables ruleset the proxier wants for a ClusterState.
+// Build is a pure function of state and Config; it performs no I/O. The Ruleset it
+// returns is plain data that proxier/sync diffs against what it applied last.
+package ruleset
+
+import (
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/knftables"
+)
+
+// Chain is a chain and its rules, in order.
+type Chain struct {
+	knftables.Chain
+	Rules []*knftables.Rule
+}
+
+// Ruleset is the desired content of one nftables table (one IP family).
+type Ruleset struct {
+	Family knftables.Family
+	Table  string
+	// Comment is the table's comment.
+	Comment string
+
+	Chains map[string]*Chain
+	Sets   map[string]*knftables.Set
+	Maps   map[string]*knftables.Map
+	// Elements holds the elements of each set and map, by container name and then by
+	// ElementKey of the element.
+	Elements map[string]map[string]*knftables.Element
+}
+
+// New returns an empty Ruleset for the given family and table name.
+func New(family knftables.Family, table string) *Ruleset {
+	return &Ruleset{
+		Family:   family,
+		Table:    table,
+		Chains:   map[string]*Chain{},
+		Sets:     map[string]*knftables.Set{},
+		Maps:     map[string]*knftables.Map{},
+		Elements: map[string]map[string]*knftables.Element{},
+	}
+}
+
+// ElementKey is the identity of an element within its set or map.
+func ElementKey(e *knftables.Element) string { return strings.Join(e.Key, " . ") }
+
+// Container returns the name of the set or map an element belongs to.
+func Container(e *knftables.Element) string {
+	if e.Set != "" {
+		return e.Set
+	}
+	return e.Map
+}
+
+// AddChain adds an empty chain (or returns the existing one of that name).
+func (r *Ruleset) AddChain(c knftables.Chain) *Chain {
+	if ch, ok := r.Chains[c.Name]; ok {
+		return ch
+	}
+	ch := &Chain{Chain: c}
+	r.Chains[c.Name] = ch
+	return ch
+}
+
+// AddRule appends a rule to the named chain, which must exist.
+func (r *Ruleset) AddRule(chain, rule string, comment ...string) {
+	ch := r.Chains[chain]
+	kr := &knftables.Rule{Chain: chain, Rule: rule}
+	if len(comment) > 0 && comment[0] != "" {
+		kr.Comment = knftables.PtrTo(comment[0])
+	}
+	ch.Rules = append(ch.Rules, kr)
+}
+
+// AddSet adds a set definition.
+func (r *Ruleset) AddSet(s *knftables.Set) { r.Sets[s.Name] = s }
+
+// AddMap adds a map definition.
+func (r *Ruleset) AddMap(m *knftables.Map) { r.Maps[m.Name] = m }
+
+// AddElement adds (or replaces) an element of a set or map.
+func (r *Ruleset) AddElement(e *knftables.Element) {
+	c := Container(e)
+	if r.Elements[c] == nil {
+		r.Elements[c] = map[string]*knftables.Element{}
+	}
+	r.Elements[c][ElementKey(e)] = e
+}
+
+// NumObjects returns the number of chains, rules, sets, maps and elements.
+func (r *Ruleset) NumObjects() int {
+	n := len(r.Chains) + len(r.Sets) + len(r.Maps)
+	for _, c := range r.Chains {
+		n += len(c.Rules)
+	}
+	for _, es := range r.Elements {
+		n += len(es)
+	}
+	return n
+}
+
+// TableObject returns the knftables Table of the ruleset.
+func (r *Ruleset) TableObject() *knftables.Table {
+	t := &knftables.Table{Family: r.Family, Name: r.Table}
+	if r.Comment != "" {
+		t.Comment = knftables.PtrTo(r.Comment)
+	}
+	return t
+}
+
+// AddTo queues the whole ruleset on tx with "add" operations, in an order the kernel
+// accepts: the table, chains, sets and maps first, then rules, then elements.
+func (r *Ruleset) AddTo(tx *knftables.Transaction) {
+	tx.Add(r.TableObject())
+	for _, name := range SortedKeys(r.Chains) {
+		tx.Add(r.ChainObject(name))
+	}
+	for _, name := range SortedKeys(r.Sets) {
+		tx.Add(r.SetObject(name))
+	}
+	for _, name := range SortedKeys(r.Maps) {
+		tx.Add(r.MapObject(name))
+	}
+	for _, name := range SortedKeys(r.Chains) {
+		r.AddRulesTo(tx, name)
+	}
+	for _, c := range SortedKeys(r.Elements) {
+		es := r.Elements[c]
+		for _, k := range SortedKeys(es) {
+			tx.Add(r.element(es[k]))
+		}
+	}
+}
+
+// ChainObject returns the named chain, qualified with the ruleset's family and table.
+func (r *Ruleset) ChainObject(name string) *knftables.Chain {
+	c := r.Chains[name].Chain
+	c.Family, c.Table = r.Family, r.Table
+	return &c
+}
+
+// SetObject returns the named set, qualified with the ruleset's family and table.
+func (r *Ruleset) SetObject(name string) *knftables.Set {
+	s := *r.Sets[name]
+	s.Family, s.Table = r.Family, r.Table
+	return &s
+}
+
+// MapObject returns the named map, qualified with the ruleset's family and table.
+func (r *Ruleset) MapObject(name string) *knftables.Map {
+	m := *r.Maps[name]
+	m.Family, m.Table = r.Family, r.Table
+	return &m
+}
+
+// AddRulesTo queues every rule of the named chain on tx, in order.
+func (r *Ruleset) AddRulesTo(tx *knftables.Transaction, chain string) {
+	for _, rule := range r.Chains[chain].Rules {
+		kr := *rule
+		kr.Family, kr.Table, kr.Chain = r.Family, r.Table, chain
+		tx.Add(&kr)
+	}
+}
+
+func (r *Ruleset) element(e *knftables.Element) *knftables.Element {
+	c := *e
+	c.Family, c.Table = r.Family, r.Table
+	return &c
+}
+
+// ElementObject returns e qualified with the ruleset's family and table.
+func (r *Ruleset) ElementObject(e *knftables.Element) *knftables.Element { return r.element(e) }
+
+// SortedKeys returns the keys of m in order.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

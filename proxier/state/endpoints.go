@@ -1,0 +1,128 @@
+package state
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+	"sort"
+)
+
+// Endpoints returns the endpoints of port p of Service svc, from every EndpointSlice
+// of the Service and both address families, deduplicated by address and port and
+// sorted by address then port. A slice port matches when its name and protocol equal
+// the Service port's. An endpoint listed in several slices (as it is while the
+// controller moves it) is taken ready if some slice says so, else from the slice
+// first by name, so that the result never depends on map order.
+func (s *ClusterState) Endpoints(svc *Service, p ServicePort) []Endpoint {
+	seen := map[netip.AddrPort]int{}
+	var out []Endpoint
+	bySlice := s.Slices[svc.Name]
+	for _, name := range slices.Sorted(maps.Keys(bySlice)) {
+		sl := bySlice[name]
+		for _, sp := range sl.Ports {
+			if sp.Name != p.Name || sp.Protocol != p.Protocol {
+				continue
+			}
+			for _, e := range sl.Endpoints {
+				ep := Endpoint{
+					Address: e.Address, Port: sp.Port,
+					Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating,
+					NodeName: e.NodeName, Zone: e.Zone, ZoneHints: e.ZoneHints,
+				}
+				k := ep.AddrPort()
+				if i, dup := seen[k]; dup {
+					if ep.Ready && !out[i].Ready {
+						out[i] = ep
+					}
+					continue
+				}
+				seen[k] = len(out)
+				out = append(out, ep)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if c := out[i].Address.Compare(out[j].Address); c != 0 {
+			return c < 0
+		}
+		return out[i].Port < out[j].Port
+	})
+	return out
+}
+
+// Selection is the choice of endpoints for one Service port on one node, made as
+// Kubernetes specifies it.
+type Selection struct {
+	// Cluster holds the endpoints for cluster-wide traffic: the ready ones (narrowed
+	// by topology hints when those apply), or, when none is ready, the serving and
+	// terminating ones.
+	Cluster []Endpoint
+	// Local holds this node's endpoints: the ready ones, or, when none is ready, the
+	// serving and terminating ones.
+	Local []Endpoint
+	// Internal is what ClusterIP traffic uses: Local under internalTrafficPolicy
+	// Local, else Cluster.
+	Internal []Endpoint
+	// External is what NodePort, LoadBalancer and ExternalIP traffic from outside
+	// the cluster uses: Local under externalTrafficPolicy Local, else Cluster.
+	External []Endpoint
+	// Any is true when some endpoint is usable for some traffic.
+	Any bool
+}
+
+// Select chooses the endpoints of a Service port for node, given all its endpoints.
+func Select(svc *Service, eps []Endpoint, node Node) Selection {
+	useTopology := canUseTopology(eps, node)
+	var sel Selection
+	sel.Cluster = filter(eps, func(e Endpoint) bool {
+		return e.Ready && (!useTopology || slices.Contains(e.ZoneHints, node.Zone))
+	})
+	if len(sel.Cluster) == 0 {
+		sel.Cluster = filter(eps, func(e Endpoint) bool { return e.Serving && e.Terminating })
+	}
+	isLocal := func(e Endpoint) bool { return node.Name != "" && e.NodeName == node.Name }
+	sel.Local = filter(eps, func(e Endpoint) bool { return e.Ready && isLocal(e) })
+	if len(sel.Local) == 0 {
+		sel.Local = filter(eps, func(e Endpoint) bool { return e.Serving && e.Terminating && isLocal(e) })
+	}
+	sel.Internal, sel.External = sel.Cluster, sel.Cluster
+	if svc.InternalPolicyLocal {
+		sel.Internal = sel.Local
+	}
+	if svc.ExternalPolicyLocal {
+		sel.External = sel.Local
+	}
+	sel.Any = len(sel.Cluster) > 0 || len(sel.Local) > 0
+	return sel
+}
+
+// canUseTopology reports whether topology hints apply: every ready endpoint has
+// hints and at least one hint names the node's zone.
+func canUseTopology(eps []Endpoint, node Node) bool {
+	if node.Zone == "" {
+		return false
+	}
+	matched := false
+	for _, e := range eps {
+		if !e.Ready {
+			continue
+		}
+		if len(e.ZoneHints) == 0 {
+			return false
+		}
+		if slices.Contains(e.ZoneHints, node.Zone) {
+			matched = true
+		}
+	}
+	return matched
+}
+
+func filter(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
+	var out []Endpoint
+	for _, e := range eps {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
