@@ -95,6 +95,24 @@ func LoadCluster(r io.Reader, name, nodeName string) (*ClusterState, []error, er
 	}
 
 	t := NewTracker(nodeName)
+	errs := t.applyObjects(objs)
+	return t.State(), errs, nil
+}
+
+// ApplyYAML decodes cluster YAML, in the format LoadCluster reads, and records every
+// object in t as an update. name is used in errors. The error is fatal (nothing was
+// applied); the []error are per object, and those objects were skipped.
+func (t *Tracker) ApplyYAML(data []byte, name string) ([]error, error) {
+	objs, err := decodeCluster(data, name)
+	if err != nil {
+		return nil, err
+	}
+	return t.applyObjects(objs), nil
+}
+
+// applyObjects records objs in t, skipping repeated objects and reporting each
+// object's error at the line of its first invalid field.
+func (t *Tracker) applyObjects(objs []*clusterObject) []error {
 	var errs []error
 	seen := map[objectKey]*clusterObject{}
 	for _, o := range objs {
@@ -118,7 +136,7 @@ func LoadCluster(r io.Reader, name, nodeName string) (*ClusterState, []error, er
 			errs = append(errs, o.locate(err))
 		}
 	}
-	return t.State(), errs, nil
+	return errs
 }
 
 // clusterObject is one decoded object of a cluster file, with where it came from.
