@@ -40,8 +40,24 @@ test: deps
 e2e: deps
 	$(GO) test -count=1 -v ./e2e/...
 
-demo: deps
-	$(GO) run ./tools/nftrace --cluster examples/cluster.yaml --print-ruleset
+NFTRACE = $(GO) run ./tools/nftrace --cluster examples/cluster.yaml
+
+# demo prints the ruleset built for the example cluster, then traces a handful of
+# packets through it.
+demo:
+	$(NFTRACE) --print-ruleset
+	@echo; echo "### a pod connects to web's ClusterIP: DNAT to one of two endpoints"
+	$(NFTRACE) 'tcp 10.1.0.20:40000 -> 172.30.0.10:80 iif veth1'
+	@echo; echo "### the same ClusterIP on a port web does not have: REJECT"
+	$(NFTRACE) 'tcp 10.1.0.20:40001 -> 172.30.0.10:81 iif veth1'
+	@echo; echo "### an outside client on api's NodePort: masqueraded"
+	$(NFTRACE) 'tcp 203.0.113.9:40002 -> 192.168.0.10:30080 iif eth0'
+	@echo; echo "### ingress (externalTrafficPolicy Local) from an allowed source: local endpoint, source kept"
+	$(NFTRACE) 'tcp 203.0.113.9:40003 -> 192.0.2.100:443 iif eth0'
+	@echo; echo "### ingress from a source outside loadBalancerSourceRanges: DROP"
+	$(NFTRACE) 'tcp 100.64.0.1:40004 -> 192.0.2.100:443 iif eth0'
+	@echo; echo "### a Service without endpoints: REJECT"
+	$(NFTRACE) 'tcp 10.1.0.20:40005 -> 172.30.0.15:80 iif veth1'
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./sim/ ./proxier/...

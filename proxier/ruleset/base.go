@@ -28,24 +28,25 @@ const (
 	ChainClusterIPsCheck        = "cluster-ips-check"
 	ChainReject                 = "reject-chain"
 
-	SetClusterIPs            = "cluster-ips"
-	SetNodePortIPs           = "nodeport-ips"
-	SetHairpin               = "hairpin"
-	SetExternalMasq          = "external-masq"
-	SetNodePortMasq          = "nodeport-masq"
-	MapServiceIPs            = "service-ips"
-	MapServiceNodePorts      = "service-nodeports"
-	MapETPCluster            = "etp-cluster"
-	MapETPLocal              = "etp-local"
-	MapNodePortETPCluster    = "nodeport-etp-cluster"
-	MapNodePortETPLocal      = "nodeport-etp-local"
-	MapNoEndpointServices    = "no-endpoint-services"
-	MapNoEndpointNodePorts   = "no-endpoint-nodeports"
-	MapFirewallIPs           = "firewall-ips"
-	MapBackends              = "backends"
-	MapLocalBackends         = "local-backends"
-	MapNodePortBackends      = "nodeport-backends"
-	MapNodePortLocalBackends = "nodeport-local-backends"
+	SetClusterIPs          = "cluster-ips"
+	SetNodePortIPs         = "nodeport-ips"
+	SetHairpin             = "hairpin"
+	SetExternalMasq        = "external-masq"
+	SetNodePortMasq        = "nodeport-masq"
+	MapServiceIPs          = "service-ips"
+	MapServiceNodePorts    = "service-nodeports"
+	MapETPCluster          = "etp-cluster"
+	MapETPLocal            = "etp-local"
+	MapNodePortETPCluster  = "nodeport-etp-cluster"
+	MapNodePortETPLocal    = "nodeport-etp-local"
+	MapNoEndpointServices  = "no-endpoint-services"
+	MapNoEndpointNodePorts = "no-endpoint-nodeports"
+	MapFirewallIPs         = "firewall-ips"
+	// The backends maps are per endpoint index: backends-0, backends-1, ...
+	MapBackends              = "backends-"
+	MapLocalBackends         = "local-backends-"
+	MapNodePortBackends      = "nodeport-backends-"
+	MapNodePortLocalBackends = "nodeport-local-backends-"
 )
 
 // The verdicts of the no-endpoint maps.
@@ -135,15 +136,6 @@ func (b *builder) addSetsAndMaps() {
 	} {
 		b.rs.AddMap(&knftables.Map{Name: name, Type: typ})
 	}
-	// The backends maps are typeof maps because a numgen value has no named type.
-	ip := b.fam.ip
-	value := " : " + ip + " daddr . th dport"
-	svcTypeOf := ip + " daddr . meta l4proto . th dport . numgen random mod 1" + value
-	npTypeOf := "meta l4proto . th dport . numgen random mod 1" + value
-	b.rs.AddMap(&knftables.Map{Name: MapBackends, TypeOf: svcTypeOf})
-	b.rs.AddMap(&knftables.Map{Name: MapLocalBackends, TypeOf: svcTypeOf})
-	b.rs.AddMap(&knftables.Map{Name: MapNodePortBackends, TypeOf: npTypeOf})
-	b.rs.AddMap(&knftables.Map{Name: MapNodePortLocalBackends, TypeOf: npTypeOf})
 }
 
 // addSharedChains adds the regular chains whose rules do not depend on Services.

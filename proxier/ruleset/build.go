@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"sigs.k8s.io/knftables"
 
@@ -27,16 +26,20 @@ const TableComment = "nftproxy: Kubernetes Service proxy"
 // Build panics when family is neither ip nor ip6: that is a programming error, and
 // an inet table would need a different layout.
 func Build(st *state.ClusterState, cfg Config, family knftables.Family) *Ruleset {
+	rs, _ := NewBuilder(cfg, family).Update(st, nil)
+	return rs
+}
+
+func checkFamily(family knftables.Family) {
 	if family != knftables.IPv4Family && family != knftables.IPv6Family {
 		panic(fmt.Sprintf("ruleset.Build: family %q: want ip or ip6", family))
 	}
-	b := &builder{
-		rs:      New(family, cfg.Table),
-		cfg:     cfg,
-		fam:     newFamilyInfo(family),
-		node:    st.Node,
-		claimed: map[string]string{},
-	}
+}
+
+// buildBase returns the objects that do not belong to any Service: the table,
+// base and shared chains, sets and maps, and the node's NodePort addresses.
+func buildBase(cfg Config, family knftables.Family, node state.Node) *Ruleset {
+	b := &builder{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: node}
 	b.rs.Comment = TableComment
 	b.addBaseChains()
 	b.addSetsAndMaps()
@@ -45,12 +48,18 @@ func Build(st *state.ClusterState, cfg Config, family knftables.Family) *Ruleset
 	b.addMasquerading()
 	b.addETPLocalChains()
 	b.addNodePortIPs()
+	return b.rs
+}
 
-	svcs := b.services(st)
-	b.claimClusterIPs(svcs)
-	for _, svc := range svcs {
-		b.addService(st, svc)
+// buildService returns the objects Service svc contributes (nil when it has no
+// ClusterIP of the family), using claim to arbitrate frontends with other Services.
+func buildService(cfg Config, family knftables.Family, st *state.ClusterState, svc *state.Service, claim func(key []string, id string, prio int) bool) *Ruleset {
+	b := &builder{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: st.Node, claimer: claim}
+	if len(b.fam.addrs(svc.ClusterIPs)) == 0 {
+		return nil
 	}
+	b.claimClusterIPs([]*state.Service{svc})
+	b.addService(st, svc)
 	return b.rs
 }
 
@@ -68,8 +77,12 @@ type builder struct {
 	cfg  Config
 	fam  familyInfo
 	node state.Node
-	// claimed maps each frontend key to the id of the Service port that owns it.
-	claimed map[string]string
+	// claimer arbitrates frontends between Services: it reports whether Service port
+	// id, claiming key with priority prio (0 for ClusterIPs, which win, 1 for the
+	// rest), owns it.
+	claimer func(key []string, id string, prio int) bool
+	// prio is the priority of the claims being made.
+	prio int
 }
 
 // servicePort is one port of a Service being built, with its endpoints chosen.
@@ -79,21 +92,6 @@ type servicePort struct {
 	// id is the port's PortID, which names its chains and comments its elements.
 	id  string
 	sel state.Selection
-}
-
-// services returns the Services that have a ClusterIP of the family, ordered by
-// name so that conflicts resolve the same way on every Build.
-func (b *builder) services(st *state.ClusterState) []*state.Service {
-	var out []*state.Service
-	for _, svc := range st.Services {
-		if len(b.fam.addrs(svc.ClusterIPs)) > 0 {
-			out = append(out, svc)
-		}
-	}
-	slices.SortFunc(out, func(x, y *state.Service) int {
-		return strings.Compare(x.Name.String(), y.Name.String())
-	})
-	return out
 }
 
 // addNodePortIPs fills nodeport-ips with the node's addresses that serve node ports:
@@ -116,6 +114,8 @@ func (b *builder) addNodePortIPs() {
 // claimClusterIPs claims every ClusterIP frontend before any external one, since
 // ClusterIPs are allocated uniquely and an ExternalIP that reuses one is the error.
 func (b *builder) claimClusterIPs(svcs []*state.Service) {
+	b.prio = 0
+	defer func() { b.prio = 1 }()
 	for _, svc := range svcs {
 		for _, p := range svc.Ports {
 			for _, a := range b.fam.addrs(svc.ClusterIPs) {
@@ -128,12 +128,7 @@ func (b *builder) claimClusterIPs(svcs []*state.Service) {
 // claim reports whether Service port id may use the frontend key, claiming it
 // when it is free.
 func (b *builder) claim(key []string, id string) bool {
-	k := strings.Join(key, " . ")
-	if owner, ok := b.claimed[k]; ok {
-		return owner == id
-	}
-	b.claimed[k] = id
-	return true
+	return b.claimer(key, id, b.prio)
 }
 
 // addService adds everything one Service needs: its ClusterIPs in cluster-ips and,

@@ -3,6 +3,7 @@ package ruleset
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 
@@ -155,41 +156,66 @@ func (b *builder) noEndpoints(sp *servicePort, k *frontendKind, key []string) {
 
 // dispatchVerdict returns the verdict that DNATs traffic of frontend key to one of
 // eps (non-empty), adding the objects it needs: the affinity chains under
-// sessionAffinity ClientIP, else the shared dnat-N chain and the backends elements
-// of the frontend. local selects the local variants (dnat-local-N, local-backends,
-// affinity-local), which hold a frontend's local endpoints beside its cluster ones.
+// sessionAffinity ClientIP, else the shared dnat-N chain and, for each endpoint i,
+// the element of the frontend in backends map i. local selects the local variants
+// (dnat-local-N, local-backends-i, affinity-local), which hold a frontend's local
+// endpoints beside its cluster ones.
 func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
 	if sp.svc.AffinityTimeout > 0 {
 		return "goto " + b.affinityChain(sp, eps, local)
 	}
-	backends := k.backends
-	if local {
-		backends = k.localBackends
-	}
 	for i, e := range eps {
 		b.rs.AddElement(&knftables.Element{
-			Map:   backends,
-			Key:   append(slices.Clip(key), strconv.Itoa(i)),
+			Map:   b.pickChain(k, i, local),
+			Key:   slices.Clone(key),
 			Value: []string{addrString(e.Address), itoa(e.Port)},
 		})
 	}
 	return "goto " + b.dnatChain(k, len(eps), local)
 }
 
-// dnatChain returns the name of the chain that DNATs to one of n backends of the
-// kind, adding it on first use so that only the counts in use have a chain.
+// dnatChain returns the name of the chain that picks one of n backends of the kind
+// at random, adding it on first use so that only the counts in use have a chain.
 func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
-	name, backends := k.dnatPrefix, k.backends
+	name := k.dnatPrefix
 	if local {
-		name, backends = name+"local-", k.localBackends
+		name += "local-"
 	}
 	name += strconv.Itoa(n)
 	if _, ok := b.rs.Chains[name]; ok {
 		return name
 	}
+	branches := make([]string, n)
+	for i := range n {
+		branches[i] = strconv.Itoa(i) + " : goto " + b.pickChain(k, i, local)
+	}
+	// The commas stand apart from the chain names, as in the affinity chains.
+	b.chain(name, "numgen random mod "+strconv.Itoa(n)+" vmap { "+strings.Join(branches, " , ")+" }")
+	return name
+}
+
+// pickChain returns the name of backends map i of the kind, which maps each
+// frontend to its endpoint i, adding the map and the chain of the same name that
+// DNATs through it on first use. The maps are declared by type rather than typeof:
+// nft 1.0.6 refuses new rules that use a typeof map with "th dport" already in the
+// kernel ("conflicting protocols specified").
+func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
+	name := k.backends
+	if local {
+		name = k.localBackends
+	}
+	name += strconv.Itoa(i)
+	if _, ok := b.rs.Maps[name]; ok {
+		return name
+	}
+	keyType := "inet_proto . inet_service"
+	if k.byAddress {
+		keyType = b.fam.addrType + " . " + keyType
+	}
+	b.rs.AddMap(&knftables.Map{Name: name, Type: keyType + " : " + b.fam.addrType + " . inet_service"})
 	// The protocol match tells nft that th dport is meaningful; every Service
 	// protocol shares the chain.
-	b.chain(name, "meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" . numgen random mod "+strconv.Itoa(n)+" map @"+backends)
+	b.chain(name, "meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" map @"+name)
 	return name
 }
 

@@ -18,12 +18,6 @@ func sameChainDef(a, b *knftables.Chain) bool {
 		eqPtr(a.Policy, b.Policy) && eqPtr(a.Device, b.Device) && eqPtr(a.Comment, b.Comment)
 }
 
-func sameRules(a, b []*knftables.Rule) bool {
-	return slices.EqualFunc(a, b, func(x, y *knftables.Rule) bool {
-		return x.Rule == y.Rule && eqPtr(x.Comment, y.Comment)
-	})
-}
-
 func sameSet(a, b *knftables.Set) bool {
 	return a.Type == b.Type && a.TypeOf == b.TypeOf && slices.Equal(a.Flags, b.Flags) &&
 		eqPtr(a.Timeout, b.Timeout) && eqPtr(a.GCInterval, b.GCInterval) && eqPtr(a.Size, b.Size) &&
@@ -34,8 +28,4 @@ func sameMap(a, b *knftables.Map) bool {
 	return a.Type == b.Type && a.TypeOf == b.TypeOf && slices.Equal(a.Flags, b.Flags) &&
 		eqPtr(a.Timeout, b.Timeout) && eqPtr(a.GCInterval, b.GCInterval) && eqPtr(a.Size, b.Size) &&
 		eqPtr(a.Policy, b.Policy) && eqPtr(a.Comment, b.Comment)
-}
-
-func sameElement(a, b *knftables.Element) bool {
-	return slices.Equal(a.Key, b.Key) && slices.Equal(a.Value, b.Value) && eqPtr(a.Comment, b.Comment)
 }

@@ -6,7 +6,6 @@ package syncer
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -21,6 +20,9 @@ type Syncer struct {
 	nft     knftables.Interface
 	applied *ruleset.Ruleset
 	full    bool
+	// live is true when applied is a Builder's ruleset, which changes in place, so
+	// that it cannot serve as the old side of a diff.
+	live bool
 }
 
 // Result describes one sync.
@@ -44,14 +46,40 @@ func (s *Syncer) RequestFullSync() { s.full = true }
 // Applied returns the ruleset applied by the last successful sync, or nil.
 func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }
 
-// Sync makes the table equal to desired. The Syncer keeps desired as the applied
-// state, so callers must not modify it afterwards.
+// Sync makes the table equal to desired, diffing it against what was applied last
+// (O(size of the ruleset) in CPU, O(changes) in nft operations). The Syncer keeps
+// desired as the applied state, so callers must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
-	if s.full || s.applied == nil || needsFull(s.applied, desired) {
+	if s.full || s.applied == nil || s.live {
+		return s.fullSync(ctx, desired)
+	}
+	return s.apply(ctx, desired, ruleset.Diff(s.applied, desired))
+}
+
+// Apply makes the table equal to desired, given delta, what changed in desired
+// since the last Apply: the output of ruleset.Builder.Update. Its cost is O(delta),
+// whatever the size of the ruleset. desired may keep changing between calls (it is
+// the Builder's own ruleset); a Syncer fed by Apply must not also be fed by Sync.
+// When a full sync is due (the first sync, after RequestFullSync or a failure),
+// delta is ignored and the whole of desired is written.
+func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
+	if s.full || s.applied == nil || delta == nil {
+		res, err := s.fullSync(ctx, desired)
+		s.live = err == nil
+		return res, err
+	}
+	s.live = true
+	return s.apply(ctx, desired, delta)
+}
+
+// apply sends delta as one transaction, or a full sync when delta changes an
+// object's definition in a way nft cannot update in place.
+func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
+	if needsFull(s.applied, desired, delta) {
 		return s.fullSync(ctx, desired)
 	}
 	tx := s.nft.NewTransaction()
-	diff(tx, s.applied, desired)
+	applyDelta(tx, desired, delta)
 	res := Result{Operations: tx.NumOperations()}
 	if res.Operations == 0 {
 		s.applied = desired
@@ -86,7 +114,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	for _, name := range existing["map"] {
 		tx.Flush(&knftables.Map{Name: name})
 	}
-	if s.applied != nil {
+	if s.applied != nil && !s.live {
 		// Sets and maps whose definition changed cannot be re-added over the old one.
 		for name, set := range s.applied.Sets {
 			if want, ok := desired.Sets[name]; ok && !sameSet(set, want) && slices.Contains(existing["set"], name) {
@@ -134,79 +162,79 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	return res, nil
 }
 
-// needsFull reports whether going from old to desired needs a full sync: the table
-// changed identity, or a set or map kept its name but changed its definition.
-func needsFull(old, desired *ruleset.Ruleset) bool {
+// needsFull reports whether delta needs a full sync: the table changed identity, or
+// a set, map or base chain kept its name but changed its definition, which nft
+// cannot change in place.
+func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
 	if old.Family != desired.Family || old.Table != desired.Table || old.Comment != desired.Comment {
 		return true
 	}
-	for name, set := range old.Sets {
-		if want, ok := desired.Sets[name]; ok && !sameSet(set, want) {
+	for _, c := range delta.Sets {
+		if c.Old != nil && c.New != nil {
 			return true
 		}
 	}
-	for name, m := range old.Maps {
-		if want, ok := desired.Maps[name]; ok && !sameMap(m, want) {
+	for _, c := range delta.Maps {
+		if c.Old != nil && c.New != nil {
 			return true
 		}
 	}
-	for name, c := range old.Chains {
-		if want, ok := desired.Chains[name]; ok && !sameChainDef(&c.Chain, &want.Chain) {
+	for _, c := range delta.Chains {
+		if c.Old != nil && c.New != nil && !sameChainDef(&c.Old.Chain, &c.New.Chain) {
 			return true
 		}
 	}
 	return false
 }
 
-// diff queues on tx the operations that turn old into desired, ordered so that every
-// object exists before something refers to it and nothing is deleted while
-// referenced.
-func diff(tx *knftables.Transaction, old, desired *ruleset.Ruleset) {
+// applyDelta queues on tx the operations that apply delta to the table, ordered so
+// that every object exists before something refers to it and nothing is deleted
+// while referenced.
+func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *ruleset.Delta) {
+	chains := ruleset.SortedKeys(delta.Chains)
 	// 1. New containers.
-	for _, name := range ruleset.SortedKeys(desired.Chains) {
-		if _, ok := old.Chains[name]; !ok {
+	for _, name := range chains {
+		if c := delta.Chains[name]; c.Old == nil {
 			tx.Add(desired.ChainObject(name))
 		}
 	}
-	for _, name := range ruleset.SortedKeys(desired.Sets) {
-		if _, ok := old.Sets[name]; !ok {
+	for _, name := range ruleset.SortedKeys(delta.Sets) {
+		if c := delta.Sets[name]; c.Old == nil {
 			tx.Add(desired.SetObject(name))
 		}
 	}
-	for _, name := range ruleset.SortedKeys(desired.Maps) {
-		if _, ok := old.Maps[name]; !ok {
+	for _, name := range ruleset.SortedKeys(delta.Maps) {
+		if c := delta.Maps[name]; c.Old == nil {
 			tx.Add(desired.MapObject(name))
 		}
 	}
 	// 2. Rules of new and changed chains.
-	for _, name := range ruleset.SortedKeys(desired.Chains) {
-		oc, existed := old.Chains[name]
-		if existed && sameRules(oc.Rules, desired.Chains[name].Rules) {
+	for _, name := range chains {
+		c := delta.Chains[name]
+		if c.New == nil {
 			continue
 		}
-		if existed {
+		if c.Old != nil {
 			tx.Flush(desired.ChainObject(name))
 		}
 		desired.AddRulesTo(tx, name)
 	}
-	// 3. Elements: deletions (removed or changed), then additions, in containers that
-	// exist on both sides or are new.
+	// 3. Elements of containers that stay: deletions (removed or changed), then
+	// additions. A container that goes away takes its elements with it.
 	var adds []*knftables.Element
-	for _, c := range sortedUnion(old.Elements, desired.Elements) {
-		if !hasContainer(desired, c) {
-			continue // the container itself goes away below
+	for _, cont := range ruleset.SortedKeys(delta.Elements) {
+		if gone(delta, cont) {
+			continue
 		}
-		oldEls, newEls := old.Elements[c], desired.Elements[c]
-		for _, k := range ruleset.SortedKeys(oldEls) {
-			ne, ok := newEls[k]
-			if !ok || !sameElement(oldEls[k], ne) {
-				tx.Delete(desired.ElementObject(oldEls[k]))
+		es := delta.Elements[cont]
+		for _, k := range ruleset.SortedKeys(es) {
+			if old := es[k].Old; old != nil && !isNewContainer(delta, cont) {
+				tx.Delete(desired.ElementObject(old))
 			}
 		}
-		for _, k := range ruleset.SortedKeys(newEls) {
-			oe, ok := oldEls[k]
-			if !ok || !sameElement(oe, newEls[k]) {
-				adds = append(adds, newEls[k])
+		for _, k := range ruleset.SortedKeys(es) {
+			if e := es[k].New; e != nil {
+				adds = append(adds, e)
 			}
 		}
 	}
@@ -215,39 +243,49 @@ func diff(tx *knftables.Transaction, old, desired *ruleset.Ruleset) {
 	}
 	// 4. Removed chains (flushed first, as they may jump to each other), then
 	// removed sets and maps, which only removed or flushed rules referred to.
-	var gone []string
-	for _, name := range ruleset.SortedKeys(old.Chains) {
-		if _, ok := desired.Chains[name]; !ok {
-			gone = append(gone, name)
-			tx.Flush(old.ChainObject(name))
+	var removed []*knftables.Chain
+	for _, name := range chains {
+		if c := delta.Chains[name]; c.New == nil {
+			ch := c.Old.Chain
+			ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
+			tx.Flush(&ch)
+			removed = append(removed, &ch)
 		}
 	}
-	for _, name := range gone {
-		tx.Delete(old.ChainObject(name))
+	for _, ch := range removed {
+		tx.Delete(ch)
 	}
-	for _, name := range ruleset.SortedKeys(old.Sets) {
-		if _, ok := desired.Sets[name]; !ok {
-			tx.Delete(old.SetObject(name))
+	for _, name := range ruleset.SortedKeys(delta.Sets) {
+		if c := delta.Sets[name]; c.New == nil {
+			tx.Delete(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
 		}
 	}
-	for _, name := range ruleset.SortedKeys(old.Maps) {
-		if _, ok := desired.Maps[name]; !ok {
-			tx.Delete(old.MapObject(name))
+	for _, name := range ruleset.SortedKeys(delta.Maps) {
+		if c := delta.Maps[name]; c.New == nil {
+			tx.Delete(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
 		}
 	}
 }
 
-func hasContainer(r *ruleset.Ruleset, name string) bool {
-	_, set := r.Sets[name]
-	_, m := r.Maps[name]
-	return set || m
+// gone reports whether the set or map named cont is removed by delta.
+func gone(delta *ruleset.Delta, cont string) bool {
+	if c, ok := delta.Sets[cont]; ok && c.New == nil {
+		return true
+	}
+	if c, ok := delta.Maps[cont]; ok && c.New == nil {
+		return true
+	}
+	return false
 }
 
-func sortedUnion[V any](a, b map[string]V) []string {
-	u := maps.Clone(a)
-	if u == nil {
-		u = map[string]V{}
+// isNewContainer reports whether the set or map named cont is created by delta, so
+// that none of its elements exists yet.
+func isNewContainer(delta *ruleset.Delta, cont string) bool {
+	if c, ok := delta.Sets[cont]; ok && c.Old == nil {
+		return true
 	}
-	maps.Copy(u, b)
-	return ruleset.SortedKeys(u)
+	if c, ok := delta.Maps[cont]; ok && c.Old == nil {
+		return true
+	}
+	return false
 }

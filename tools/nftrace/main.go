@@ -9,15 +9,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/packet"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
+	"github.com/nftproxy/nftproxy/sim"
 )
 
 func main() {
@@ -31,6 +35,11 @@ func main() {
 type options struct {
 	cluster      string
 	node         string
+	rulesetFile  string
+	live         bool
+	local        string
+	jsonOut      bool
+	color        string
 	printRuleset bool
 	cfg          ruleset.Config
 }
@@ -41,8 +50,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.cluster, "cluster", "", "cluster file: Kubernetes YAML with Services, EndpointSlices and Nodes")
 	fs.StringVar(&o.node, "node", "", "the node whose ruleset is built (default: the only Node in the cluster file)")
+	fs.StringVar(&o.rulesetFile, "ruleset", "", "trace through a ruleset file (`nft list ruleset` output or nft -f syntax); - reads stdin")
+	fs.BoolVar(&o.live, "live", false, "trace through the live ruleset of this network namespace (runs `nft list ruleset`)")
+	fs.StringVar(&o.local, "local", "", "the node's own addresses, comma separated, for the routing decision (default: the Node's addresses with --cluster, this namespace's with --live)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per packet")
+	fs.StringVar(&o.color, "color", "auto", "highlight the deciding rules: auto, always or never")
 	fs.BoolVar(&o.printRuleset, "print-ruleset", false, "print the ruleset built for the cluster (nft -f syntax) and exit")
-	clusterCIDR := fs.String("cluster-cidr", "10.0.0.0/8,fd00::/48", "pod CIDRs, comma separated (traffic from elsewhere to a ClusterIP is masqueraded)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: nftrace (--cluster FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
+		fmt.Fprintf(stderr, "PACKET is e.g. 'tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0' or 'udp [fd00::5]:53000 -> [fd00::10]:53'.\n\n")
+		fs.PrintDefaults()
+	}
+	clusterCIDR := fs.String("cluster-cidr", "10.0.0.0/8,fd00::/28", "pod CIDRs, comma separated (traffic from elsewhere to a ClusterIP is masqueraded)")
 	serviceCIDR := fs.String("service-cidr", "172.30.0.0/16,fd00:30::/108", "service CIDRs, comma separated (unallocated addresses are dropped)")
 	nodePortAddrs := fs.String("nodeport-addresses", "", "CIDRs of node addresses that serve NodePorts (default: all node addresses)")
 	detect := fs.String("detect-local-mode", string(ruleset.LocalClusterCIDR), "how pod traffic is recognised: ClusterCIDR or InterfaceNamePrefix")
@@ -87,33 +106,151 @@ func parsePrefixes(s string) ([]netip.Prefix, error) {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
-	o, _, err := parseFlags(args, stderr)
+	o, pkts, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	if o.cluster == "" {
-		return errors.New("--cluster FILE is required")
-	}
-	fakes, err := buildCluster(o, stderr)
-	if err != nil {
-		return err
-	}
-	if o.printRuleset {
-		for _, f := range fakes {
-			fmt.Fprint(stdout, f.Dump())
+	sources := 0
+	for _, set := range []bool{o.cluster != "", o.rulesetFile != "", o.live} {
+		if set {
+			sources++
 		}
-		return nil
 	}
-	return errors.New("nothing to do: give --print-ruleset")
+	if sources != 1 {
+		return errors.New("give exactly one of --cluster FILE, --ruleset FILE or --live")
+	}
+	if o.printRuleset && o.cluster == "" {
+		return errors.New("--print-ruleset needs --cluster")
+	}
+	packets, err := parsePackets(pkts)
+	if err != nil {
+		return err
+	}
+	if !o.printRuleset && len(packets) == 0 {
+		return errors.New("no packet to trace: give one or more PACKET arguments")
+	}
+	prog, local, err := load(o, stdout, stderr)
+	if err != nil || prog == nil {
+		return err
+	}
+	if o.local != "" {
+		local, err = parseAddrs(o.local)
+		if err != nil {
+			return fmt.Errorf("--local: %w", err)
+		}
+	}
+	env := sim.Env{LocalAddrs: local}
+	return trace(prog, env, packets, o, stdout)
+}
+
+// parsePackets parses every PACKET argument, reporting all errors with the column.
+func parsePackets(args []string) ([]packet.Packet, error) {
+	var out []packet.Packet
+	var errs []error
+	for i, a := range args {
+		p, err := packet.Parse(a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("packet %d %q: %w", i+1, a, err))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errors.Join(errs...)
+}
+
+func parseAddrs(s string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(f)
+		if err != nil {
+			return nil, fmt.Errorf("invalid address %q", f)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// load compiles the ruleset the options name, and returns the node addresses it
+// implies. With --print-ruleset it prints the ruleset and returns a nil program.
+func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, error) {
+	switch {
+	case o.cluster != "":
+		fakes, node, err := buildCluster(o, stderr)
+		if err != nil {
+			return nil, nil, err
+		}
+		var text strings.Builder
+		for _, f := range fakes {
+			text.WriteString(f.Dump())
+		}
+		if o.printRuleset {
+			fmt.Fprint(stdout, text.String())
+			return nil, nil, nil
+		}
+		prog, err := sim.CompileText(text.String())
+		if err != nil {
+			return nil, nil, fmt.Errorf("compiling the ruleset built for %s: %w", o.cluster, err)
+		}
+		return prog, node.Addresses, nil
+	case o.rulesetFile != "":
+		var data []byte
+		var err error
+		if o.rulesetFile == "-" {
+			data, err = io.ReadAll(os.Stdin)
+		} else {
+			data, err = os.ReadFile(o.rulesetFile)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading the ruleset: %w", err)
+		}
+		prog, err := sim.CompileText(string(data))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", o.rulesetFile, err)
+		}
+		return prog, nil, nil
+	default:
+		return loadLive()
+	}
+}
+
+// loadLive reads the ruleset of the network namespace nftrace runs in, and the
+// addresses of its interfaces.
+func loadLive() (*sim.Program, []netip.Addr, error) {
+	out, err := exec.Command("nft", "list", "ruleset").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return nil, nil, fmt.Errorf("nft list ruleset: %w", err)
+	}
+	prog, err := sim.CompileText(string(out))
+	if err != nil {
+		return nil, nil, fmt.Errorf("live ruleset: %w", err)
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing this namespace's addresses: %w", err)
+	}
+	var local []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			local = append(local, p.Addr())
+		}
+	}
+	return prog, local, nil
 }
 
 // buildCluster loads the cluster file and syncs the ruleset for each family into a
 // knftables.Fake through the production Syncer. Invalid objects are reported on
 // stderr and skipped.
-func buildCluster(o *options, stderr io.Writer) ([]*knftables.Fake, error) {
+func buildCluster(o *options, stderr io.Writer) ([]*knftables.Fake, state.Node, error) {
 	st, objErrs, err := state.LoadClusterFile(o.cluster, o.node)
 	if err != nil {
-		return nil, err
+		return nil, state.Node{}, err
 	}
 	for _, e := range objErrs {
 		fmt.Fprintf(stderr, "nftrace: skipped: %v\n", e)
@@ -122,9 +259,9 @@ func buildCluster(o *options, stderr io.Writer) ([]*knftables.Fake, error) {
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
 		f := knftables.NewFake(fam, o.cfg.Table)
 		if _, err := syncer.New(f).Sync(context.Background(), ruleset.Build(st, o.cfg, fam)); err != nil {
-			return nil, fmt.Errorf("syncing the %s ruleset: %w", fam, err)
+			return nil, state.Node{}, fmt.Errorf("syncing the %s ruleset: %w", fam, err)
 		}
 		fakes = append(fakes, f)
 	}
-	return fakes, nil
+	return fakes, st.Node, nil
 }

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
+)
+
+// The apiVersion and kind of the configuration file.
+const (
+	ConfigAPIVersion = "nftproxy.io/v1alpha1"
+	ConfigKind       = "NftproxyConfiguration"
+)
+
+// Configuration is the daemon's configuration as the --config file spells it. Every
+// field has a flag of kube-proxy's name (given in each comment); a flag given on the
+// command line overrides the file. Durations are Go durations ("30s"), CIDR lists
+// are comma-separated and may mix both families. testdata/nftproxy.yaml is a
+// commented example:
+//
+//	apiVersion: nftproxy.io/v1alpha1
+//	kind: NftproxyConfiguration
+//	hostnameOverride: node-a
+//	clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+//	serviceCIDR: 10.96.0.0/12,fd00:10:96::/112
+//	detectLocalMode: ClusterCIDR
+//	nodePortAddresses: [192.168.0.0/24]
+//	masqueradeAll: false
+//	syncPeriod: 30s
+//	minSyncPeriod: 1s
+//	healthzBindAddress: 0.0.0.0:10256
+//	metricsBindAddress: 127.0.0.1:10249
+//	tableName: nftproxy
+//	verbosity: 2
+type Configuration struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Kubeconfig is the kubeconfig file (--kubeconfig); empty with Master empty
+	// means the in-cluster configuration.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Master is the API server's address, overriding the kubeconfig's (--master).
+	Master string `json:"master,omitempty"`
+	// HostnameOverride is this node's name (--hostname-override; default the
+	// host name).
+	HostnameOverride string `json:"hostnameOverride,omitempty"`
+	// ClusterCIDR is the pods' CIDRs (--cluster-cidr).
+	ClusterCIDR string `json:"clusterCIDR,omitempty"`
+	// ServiceCIDR is the ranges ClusterIPs are allocated from (--service-cidr):
+	// traffic to an unallocated address in them is dropped.
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// DetectLocalMode tells pod traffic apart (--detect-local-mode): ClusterCIDR
+	// (default) or InterfaceNamePrefix.
+	DetectLocalMode string `json:"detectLocalMode,omitempty"`
+	// PodInterfaceNamePrefix is the pod interface prefix for InterfaceNamePrefix
+	// (--pod-interface-name-prefix).
+	PodInterfaceNamePrefix string `json:"podInterfaceNamePrefix,omitempty"`
+	// NodePortAddresses restricts NodePorts to node addresses in these CIDRs
+	// (--nodeport-addresses); empty means every node address.
+	NodePortAddresses []string `json:"nodePortAddresses,omitempty"`
+	// MasqueradeAll masquerades all traffic to ClusterIPs (--masquerade-all).
+	MasqueradeAll bool `json:"masqueradeAll,omitempty"`
+	// SyncPeriod is the period of the full resync (--sync-period, default 30s).
+	SyncPeriod string `json:"syncPeriod,omitempty"`
+	// MinSyncPeriod is the least time between syncs (--min-sync-period, default 1s).
+	MinSyncPeriod string `json:"minSyncPeriod,omitempty"`
+	// HealthzBindAddress serves /healthz and /livez (--healthz-bind-address,
+	// default 0.0.0.0:10256); empty disables it.
+	HealthzBindAddress string `json:"healthzBindAddress,omitempty"`
+	// MetricsBindAddress serves /metrics (--metrics-bind-address, default
+	// 127.0.0.1:10249); empty disables it.
+	MetricsBindAddress string `json:"metricsBindAddress,omitempty"`
+	// TableName is the nftables table name in each family (--table-name, default
+	// nftproxy).
+	TableName string `json:"tableName,omitempty"`
+	// Verbosity is the log verbosity (-v): 0 and 1 log at info level, 2 and more
+	// at debug level.
+	Verbosity int `json:"verbosity,omitempty"`
+}
+
+// defaultConfiguration returns the configuration when neither file nor flags say
+// anything.
+func defaultConfiguration() Configuration {
+	return Configuration{
+		APIVersion: ConfigAPIVersion, Kind: ConfigKind,
+		DetectLocalMode:    string(ruleset.LocalClusterCIDR),
+		SyncPeriod:         "30s",
+		MinSyncPeriod:      "1s",
+		HealthzBindAddress: "0.0.0.0:10256",
+		MetricsBindAddress: "127.0.0.1:10249",
+		TableName:          ruleset.DefaultTable,
+	}
+}
+
+// Options is the validated configuration the daemon runs with.
+type Options struct {
+	Kubeconfig string
+	Master     string
+	// NodeName is this node's name, lower case.
+	NodeName      string
+	Ruleset       ruleset.Config
+	SyncPeriod    time.Duration
+	MinSyncPeriod time.Duration
+	// HealthzBindAddress and MetricsBindAddress are host:port, or empty when the
+	// server is disabled.
+	HealthzBindAddress string
+	MetricsBindAddress string
+	// Cleanup asks to remove the tables and exit.
+	Cleanup  bool
+	LogLevel slog.Level
+	// Warnings are non-fatal remarks on the configuration, logged at start.
+	Warnings []string
+}
+
+// commandFlags are the flags that exist only on the command line.
+type commandFlags struct {
+	config  string
+	cleanup bool
+}
+
+// newFlagSet returns the daemon's flags, bound to c and cf. The current values of c
+// are the flags' defaults, so a flag set parsed over a loaded file changes only
+// the fields whose flags are given.
+func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("nftproxy", flag.ContinueOnError)
+	fs.StringVar(&cf.config, "config", "", "configuration file (YAML, kind "+ConfigKind+"); flags given explicitly override it")
+	fs.BoolVar(&cf.cleanup, "cleanup", false, "remove nftproxy's tables in both families and exit")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; in-cluster configuration when neither it nor --master is given")
+	fs.StringVar(&c.Master, "master", c.Master, "address of the Kubernetes API server (overrides the kubeconfig's)")
+	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name, instead of the host name")
+	fs.StringVar(&c.ClusterCIDR, "cluster-cidr", c.ClusterCIDR, "comma-separated pod CIDRs, both families (for --detect-local-mode ClusterCIDR)")
+	fs.StringVar(&c.ServiceCIDR, "service-cidr", c.ServiceCIDR, "comma-separated Service CIDRs, both families: traffic to unallocated ClusterIPs in them is dropped")
+	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode, "how pod traffic is told apart: ClusterCIDR or InterfaceNamePrefix")
+	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "pod interface name prefix, for --detect-local-mode InterfaceNamePrefix")
+	fs.Var((*stringList)(&c.NodePortAddresses), "nodeport-addresses", "comma-separated CIDRs: NodePorts are served only on node addresses inside them (default all)")
+	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to Service ClusterIPs")
+	fs.StringVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "period of the full resync that repairs the tables")
+	fs.StringVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time between two syncs")
+	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "host:port of /healthz and /livez (empty disables)")
+	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port of /metrics (empty disables)")
+	fs.StringVar(&c.TableName, "table-name", c.TableName, "name of nftproxy's table in each family")
+	fs.IntVar(&c.Verbosity, "v", c.Verbosity, "log verbosity: 2 and more log at debug level")
+	return fs
+}
+
+// stringList is a flag.Value for a comma-separated list.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = nil
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+// loadConfig parses the command line and the configuration file it names (flags
+// given explicitly win), and validates the result. Every error names the field. It
+// returns flag.ErrHelp when help was asked for, with the usage in the error's text.
+func loadConfig(args []string) (*Options, error) {
+	var usage bytes.Buffer
+	var cf commandFlags
+	probe := defaultConfiguration()
+	fs := newFlagSet(&probe, &cf)
+	fs.SetOutput(&usage)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, helpError{usage.String()}
+		}
+		return nil, fmt.Errorf("command line: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("command line: unexpected argument %q", fs.Arg(0))
+	}
+	cfg := defaultConfiguration()
+	if cf.config != "" {
+		if err := loadFile(cf.config, &cfg); err != nil {
+			return nil, err
+		}
+	}
+	// Parse again over the file's values: only the flags given change anything.
+	fs = newFlagSet(&cfg, &cf)
+	fs.SetOutput(&usage)
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("command line: %w", err)
+	}
+	opts, err := cfg.options()
+	if err != nil {
+		return nil, err
+	}
+	opts.Cleanup = cf.cleanup
+	return opts, nil
+}
+
+// helpError carries the usage text when -h is given.
+type helpError struct{ usage string }
+
+func (e helpError) Error() string        { return e.usage }
+func (e helpError) Is(target error) bool { return target == flag.ErrHelp }
+
+// loadFile decodes the configuration file at path over cfg, strictly: an unknown or
+// duplicate field is an error.
+func loadFile(path string, cfg *Configuration) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	if cfg.APIVersion != ConfigAPIVersion {
+		return fmt.Errorf("config file %s: apiVersion: %q, want %q", path, cfg.APIVersion, ConfigAPIVersion)
+	}
+	if cfg.Kind != ConfigKind {
+		return fmt.Errorf("config file %s: kind: %q, want %q", path, cfg.Kind, ConfigKind)
+	}
+	return nil
+}
+
+// fieldError names a configuration field by its file name and its flag.
+func fieldError(field, flagName, format string, args ...any) error {
+	return fmt.Errorf("%s (--%s): %s", field, flagName, fmt.Sprintf(format, args...))
+}
+
+// options validates c and converts it to Options, reporting every invalid field.
+func (c Configuration) options() (*Options, error) {
+	var errs []error
+	o := &Options{Kubeconfig: c.Kubeconfig, Master: c.Master, MetricsBindAddress: c.MetricsBindAddress, HealthzBindAddress: c.HealthzBindAddress}
+	rc := ruleset.Config{Table: c.TableName, MasqueradeAll: c.MasqueradeAll, InterfacePrefix: c.PodInterfaceNamePrefix}
+	var err error
+	if rc.ClusterCIDRs, err = parseCIDRs(strings.Split(c.ClusterCIDR, ",")); err != nil {
+		errs = append(errs, fieldError("clusterCIDR", "cluster-cidr", "%v", err))
+	}
+	if rc.ServiceCIDRs, err = parseCIDRs(strings.Split(c.ServiceCIDR, ",")); err != nil {
+		errs = append(errs, fieldError("serviceCIDR", "service-cidr", "%v", err))
+	}
+	if rc.NodePortAddresses, err = parseCIDRs(c.NodePortAddresses); err != nil {
+		errs = append(errs, fieldError("nodePortAddresses", "nodeport-addresses", "%v", err))
+	}
+	switch ruleset.LocalMode(c.DetectLocalMode) {
+	case ruleset.LocalClusterCIDR:
+		rc.LocalMode = ruleset.LocalClusterCIDR
+		if c.ClusterCIDR == "" {
+			// As kube-proxy: without a cluster CIDR no traffic is detected as local.
+			rc.LocalMode = ruleset.LocalNone
+			o.Warnings = append(o.Warnings, "detectLocalMode is ClusterCIDR but no clusterCIDR is set: no traffic is treated as pod traffic")
+		}
+	case ruleset.LocalInterfacePrefix:
+		rc.LocalMode = ruleset.LocalInterfacePrefix
+		if c.PodInterfaceNamePrefix == "" {
+			errs = append(errs, fieldError("podInterfaceNamePrefix", "pod-interface-name-prefix", "required when detectLocalMode is InterfaceNamePrefix"))
+		}
+	default:
+		errs = append(errs, fieldError("detectLocalMode", "detect-local-mode", "%q: want ClusterCIDR or InterfaceNamePrefix", c.DetectLocalMode))
+	}
+	if c.TableName == "" || strings.ContainsAny(c.TableName, " \t\n;{}\"") {
+		errs = append(errs, fieldError("tableName", "table-name", "%q is not a usable table name", c.TableName))
+	}
+	if o.SyncPeriod, err = parseDuration(c.SyncPeriod, false); err != nil {
+		errs = append(errs, fieldError("syncPeriod", "sync-period", "%v", err))
+	}
+	if o.MinSyncPeriod, err = parseDuration(c.MinSyncPeriod, true); err != nil {
+		errs = append(errs, fieldError("minSyncPeriod", "min-sync-period", "%v", err))
+	}
+	if err := checkBindAddress(c.HealthzBindAddress); err != nil {
+		errs = append(errs, fieldError("healthzBindAddress", "healthz-bind-address", "%v", err))
+	}
+	if err := checkBindAddress(c.MetricsBindAddress); err != nil {
+		errs = append(errs, fieldError("metricsBindAddress", "metrics-bind-address", "%v", err))
+	}
+	switch {
+	case c.Verbosity < 0:
+		errs = append(errs, fieldError("verbosity", "v", "%d: want 0 or more", c.Verbosity))
+	case c.Verbosity >= 2:
+		o.LogLevel = slog.LevelDebug
+	}
+	if o.NodeName, err = nodeName(c.HostnameOverride); err != nil {
+		errs = append(errs, fieldError("hostnameOverride", "hostname-override", "%v", err))
+	}
+	rc.Defaults()
+	if len(errs) == 0 {
+		if err := rc.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))
+	}
+	o.Ruleset = rc
+	return o, nil
+}
+
+// parseCIDRs parses CIDRs, skipping empty entries.
+func parseCIDRs(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range ss {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("invalid CIDR %q", s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// parseDuration parses a positive duration (or zero, when zeroOK).
+func parseDuration(s string, zeroOK bool) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q (want e.g. 30s or 1m)", s)
+	}
+	if d < 0 || (d == 0 && !zeroOK) {
+		return 0, fmt.Errorf("duration %q must be positive", s)
+	}
+	return d, nil
+}
+
+// checkBindAddress accepts "" (disabled) or host:port with an IP host (or none).
+func checkBindAddress(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port", addr)
+	}
+	if host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
+		}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("%q: invalid port %q", addr, port)
+	}
+	return nil
+}
+
+// nodeName returns override, or the host name, in lower case as Node names are.
+func nodeName(override string) (string, error) {
+	name := strings.ToLower(strings.TrimSpace(override))
+	if name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return "", fmt.Errorf("no override and no host name: %w", err)
+		}
+		name = strings.ToLower(h)
+	}
+	return name, nil
+}

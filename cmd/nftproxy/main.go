@@ -1,0 +1,85 @@
+// Command nftproxy is the Kubernetes Service proxy on nftables: it watches Services,
+// EndpointSlices and its Node, and keeps one nftables table per IP family equal to
+// what they ask for. Its flags are kube-proxy's where the meaning is the same.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nftproxy/nftproxy/proxier"
+	"github.com/nftproxy/nftproxy/proxier/conntrack"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr, defaultDeps())
+	stop()
+	os.Exit(code)
+}
+
+// deps are the daemon's ties to the outside world, replaced in tests.
+type deps struct {
+	// newNFT opens a family's table (proxier.DefaultNewNFT: the kernel's nft).
+	newNFT proxier.NewNFTFunc
+	// newClient connects to the API server.
+	newClient func(o *Options) (kubernetes.Interface, error)
+	// conntrack deletes stale conntrack entries (nil: no cleanup).
+	conntrack proxier.ConntrackCleaner
+}
+
+func defaultDeps() deps {
+	return deps{newNFT: proxier.DefaultNewNFT, newClient: newClient, conntrack: conntrack.NewCleaner()}
+}
+
+// newClient returns a clientset for --master / --kubeconfig, or the in-cluster
+// configuration when neither is given.
+func newClient(o *Options) (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags(o.Master, o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("API server configuration: %w", err)
+	}
+	cfg.UserAgent = "nftproxy"
+	return kubernetes.NewForConfig(cfg)
+}
+
+// run is the daemon's body: it returns the process exit code (0, or 1 after a
+// configuration or start-up error, which it reports on stderr).
+func run(ctx context.Context, args []string, stderr io.Writer, d deps) int {
+	opts, err := loadConfig(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stderr, "Usage of nftproxy:\n", err.Error())
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nftproxy: %v\n", err)
+		return 1
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
+	for _, w := range opts.Warnings {
+		log.Warn(w)
+	}
+	if opts.Cleanup {
+		if err := proxier.Cleanup(ctx, d.newNFT, opts.Ruleset.Table); err != nil {
+			log.Error("cleanup failed", "err", err)
+			return 1
+		}
+		log.Info("removed nftproxy's tables", "table", opts.Ruleset.Table)
+		return 0
+	}
+	if err := runDaemon(ctx, opts, log, d); err != nil {
+		log.Error("nftproxy failed", "err", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,102 @@
+package features_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/nftproxy/nftproxy/features"
+	"github.com/nftproxy/nftproxy/proxier/state"
+)
+
+func TestFeatures(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "Features")
+}
+
+// backends are the places every scenario runs. The kernel backend joins them when
+// it is available (root, nft installed).
+var backends = []func() features.Backend{
+	func() features.Backend { return features.NewSimBackend() },
+}
+
+var scenarios = func() []*features.Scenario {
+	scs, err := features.LoadDir(".")
+	if err != nil {
+		panic(fmt.Sprintf("loading scenarios: %v", err))
+	}
+	return scs
+}()
+
+var _ = Describe("feature scenarios", func() {
+	It("are there", func() {
+		Expect(len(scenarios)).To(BeNumerically(">", 0), "no scenario files found under features/")
+	})
+	for _, newBackend := range backends {
+		for _, sc := range scenarios {
+			describeScenario(sc, newBackend)
+		}
+	}
+})
+
+func describeScenario(sc *features.Scenario, newBackend func() features.Backend) {
+	name := newBackend().Name()
+	labels := Label(append([]string{sc.Feature, name}, sc.Labels...)...)
+	Describe(fmt.Sprintf("%s [%s] %s", filepath.ToSlash(sc.File), name, sc.Pins), labels, Ordered, ContinueOnFailure, func() {
+		var (
+			b       features.Backend
+			tracker *state.Tracker
+			// chosen remembers the endpoint each client's last connection went to.
+			chosen map[netip.Addr]netip.AddrPort
+		)
+		BeforeAll(func() {
+			var err error
+			tracker, err = sc.Tracker()
+			Expect(err).NotTo(HaveOccurred())
+			b = newBackend()
+			Expect(b.Start(sc, tracker.State())).To(Succeed())
+			DeferCleanup(b.Close)
+			chosen = map[netip.Addr]netip.AddrPort{}
+		})
+		for _, step := range sc.Steps {
+			title := fmt.Sprintf("line %d: %s", step.Line, step.Name)
+			switch {
+			case step.Packet != nil:
+				It(title, func() {
+					obs, err := b.Send(*step.Packet, step.From, step.Expect)
+					if errors.Is(err, features.ErrUnsupported) {
+						Skip(err.Error())
+					}
+					Expect(err).NotTo(HaveOccurred(), "%s:%d: sending %s", sc.File, step.Line, step.Packet)
+					client := step.Packet.Src.Addr()
+					if err := features.Check(step.Expect, obs, chosen[client]); err != nil {
+						Fail(fmt.Sprintf("%s:%d [%s]: packet %s from %s: %v\n\ntrace:\n%s",
+							sc.File, step.Line, name, step.Packet, step.From, err, obs.Trace))
+					}
+					if obs.Chosen.IsValid() {
+						chosen[client] = obs.Chosen
+					}
+				})
+			case step.Update != nil:
+				It(title, func() {
+					Expect(sc.Apply(tracker, *step.Update)).To(Succeed())
+					Expect(b.Sync(tracker.State())).To(Succeed())
+				})
+			case step.Delete != nil:
+				It(title, func() {
+					features.Delete(tracker, step.Delete)
+					Expect(b.Sync(tracker.State())).To(Succeed())
+				})
+			case step.Advance > 0:
+				It(title, func() {
+					Expect(b.Advance(step.Advance)).To(Succeed())
+				})
+			}
+		}
+	})
+}

@@ -1,0 +1,276 @@
+package proxier
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/conntrack"
+	"github.com/nftproxy/nftproxy/proxier/health"
+	"github.com/nftproxy/nftproxy/proxier/metrics"
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
+	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
+)
+
+// LastChangeTriggerTimeAnnotation is set by the EndpointSlice controller to the time
+// of the change (of a Pod or Service) that the slice reflects.
+const LastChangeTriggerTimeAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
+
+// TaintToBeDeleted is the taint the cluster autoscaler puts on a node it is removing;
+// such a node stops reporting itself eligible for load-balancer traffic.
+const TaintToBeDeleted = "ToBeDeletedByClusterAutoscaler"
+
+// NewNFTFunc returns the nftables interface of one family's table.
+type NewNFTFunc func(family knftables.Family, table string) (knftables.Interface, error)
+
+// DefaultNewNFT is knftables.New, for the kernel's nft in the current namespace.
+func DefaultNewNFT(family knftables.Family, table string) (knftables.Interface, error) {
+	return knftables.New(family, table)
+}
+
+// Families are the IP families a Proxier programs by default.
+var Families = []knftables.Family{knftables.IPv4Family, knftables.IPv6Family}
+
+// ConntrackCleaner deletes conntrack entries (conntrack.Cleaner in production).
+type ConntrackCleaner interface {
+	Clear(filters []conntrack.Filter) (uint, error)
+}
+
+// Config is everything a Proxier needs. Only NodeName is required.
+type Config struct {
+	// NodeName is this node's name: it selects the Node and the local endpoints.
+	NodeName string
+	// Ruleset configures the generated tables; New applies its defaults and
+	// validates it.
+	Ruleset ruleset.Config
+	// Families are the families to program (default Families). Both are kept on a
+	// single-stack cluster, as the other family's table only costs its base chains;
+	// a family whose nftables cannot be opened (a kernel without IPv6) is dropped
+	// with a warning, as long as one family remains.
+	Families []knftables.Family
+	// NewNFT opens a family's table (default DefaultNewNFT); tests pass one that
+	// returns a knftables.Fake.
+	NewNFT NewNFTFunc
+	// Metrics receives the proxier's metrics (default a new, unserved set).
+	Metrics *metrics.Metrics
+	// Healthz, when set, is told of queued changes and successful syncs, and of the
+	// node's eligibility.
+	Healthz *health.HealthzServer
+	// ServiceHealth, when set, is synced with the health-check node ports after
+	// every successful sync.
+	ServiceHealth *health.ServiceHealthServer
+	// Conntrack, when set, deletes stale UDP conntrack entries after every
+	// successful sync.
+	Conntrack ConntrackCleaner
+	// OnChange is called after every event the proxier receives (the daemon passes
+	// the runner's Run); nil means syncs happen only when Sync is called.
+	OnChange func()
+	// Clock is the time source (default the real clock).
+	Clock clock.PassiveClock
+	// Log receives the proxier's logs (default discarded).
+	Log *slog.Logger
+}
+
+// Proxier keeps this node's nftables tables equal to what the cluster asks for:
+// events go into a state.Tracker, and each sync builds the rulesets of every family
+// from the Tracker's state and applies them with one syncer.Syncer per family.
+// Its methods are safe for concurrent use; syncs are serialized.
+type Proxier struct {
+	cfg      Config
+	tracker  *state.Tracker
+	families []knftables.Family
+	syncers  map[knftables.Family]*syncer.Syncer
+	builders map[knftables.Family]*ruleset.Builder
+	// built records the families whose Builder has seen every Service.
+	built   map[knftables.Family]bool
+	metrics *metrics.Metrics
+	clock   clock.PassiveClock
+	log     *slog.Logger
+
+	// triggersMu guards triggers: for each Service, the times of the changes
+	// received since the last sync began, for the network programming latency.
+	triggersMu sync.Mutex
+	triggers   map[state.ServiceName][]time.Time
+
+	// syncMu serializes syncs and guards the fields below.
+	syncMu sync.Mutex
+	// applied is the ClusterState the last fully successful sync applied (nil
+	// before the first); conntrack cleanup diffs against it.
+	applied *state.ClusterState
+	// failed is true while the last sync of some family failed.
+	failed bool
+	// changed accumulates the changed Services of syncs that failed, and
+	// pendingTriggers their change times, until a sync succeeds.
+	changed         map[state.ServiceName]bool
+	pendingTriggers map[state.ServiceName][]time.Time
+}
+
+// New returns a Proxier with one nftables interface per family. It does not touch
+// the kernel until the first sync.
+func New(cfg Config) (*Proxier, error) {
+	if cfg.NodeName == "" {
+		return nil, errors.New("proxier: config: nodeName is required")
+	}
+	cfg.Ruleset.Defaults()
+	if err := cfg.Ruleset.Validate(); err != nil {
+		return nil, fmt.Errorf("proxier: %w", err)
+	}
+	if cfg.NewNFT == nil {
+		cfg.NewNFT = DefaultNewNFT
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.New()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if len(cfg.Families) == 0 {
+		cfg.Families = Families
+	}
+	p := &Proxier{
+		cfg: cfg, tracker: state.NewTracker(cfg.NodeName), syncers: map[knftables.Family]*syncer.Syncer{},
+		builders: map[knftables.Family]*ruleset.Builder{}, built: map[knftables.Family]bool{},
+		metrics: cfg.Metrics, clock: cfg.Clock, log: cfg.Log,
+		triggers: map[state.ServiceName][]time.Time{}, changed: map[state.ServiceName]bool{},
+		pendingTriggers: map[state.ServiceName][]time.Time{},
+	}
+	var errs []error
+	for _, fam := range cfg.Families {
+		nft, err := cfg.NewNFT(fam, cfg.Ruleset.Table)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("table %s %s: %w", fam, cfg.Ruleset.Table, err))
+			continue
+		}
+		p.families = append(p.families, fam)
+		p.syncers[fam] = syncer.New(nft)
+		p.builders[fam] = ruleset.NewBuilder(cfg.Ruleset, fam)
+	}
+	if len(p.families) == 0 {
+		return nil, fmt.Errorf("proxier: no usable IP family: %w", errors.Join(errs...))
+	}
+	for _, err := range errs {
+		p.log.Warn("IP family disabled", "err", err)
+	}
+	return p, nil
+}
+
+// Families returns the families the Proxier programs.
+func (p *Proxier) Families() []knftables.Family { return p.families }
+
+// Tracker returns the Proxier's Tracker, for reading its state and errors.
+func (p *Proxier) Tracker() *state.Tracker { return p.tracker }
+
+// OnServiceUpdate records an added or updated Service.
+func (p *Proxier) OnServiceUpdate(svc *v1.Service) {
+	err := p.tracker.UpdateService(svc)
+	p.received(state.KindService, state.ServiceName{Namespace: svc.Namespace, Name: svc.Name}, time.Time{}, err)
+	p.metrics.ServiceChanges.Inc()
+}
+
+// OnServiceDelete records a deleted Service.
+func (p *Proxier) OnServiceDelete(svc *v1.Service) {
+	p.tracker.DeleteService(svc)
+	p.received(state.KindService, state.ServiceName{Namespace: svc.Namespace, Name: svc.Name}, time.Time{}, nil)
+	p.metrics.ServiceChanges.Inc()
+}
+
+// OnEndpointSliceUpdate records an added or updated EndpointSlice.
+func (p *Proxier) OnEndpointSliceUpdate(slice *discoveryv1.EndpointSlice) {
+	err := p.tracker.UpdateEndpointSlice(slice)
+	p.received(state.KindEndpointSlice, sliceService(slice), triggerTime(slice), err)
+	p.metrics.EndpointChanges.Inc()
+}
+
+// OnEndpointSliceDelete records a deleted EndpointSlice.
+func (p *Proxier) OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice) {
+	p.tracker.DeleteEndpointSlice(slice)
+	p.received(state.KindEndpointSlice, sliceService(slice), time.Time{}, nil)
+	p.metrics.EndpointChanges.Inc()
+}
+
+// OnNodeUpdate records this node's Node, and whether it is eligible for
+// load-balancer traffic (not being deleted, not being drained by the autoscaler).
+func (p *Proxier) OnNodeUpdate(node *v1.Node) {
+	err := p.tracker.UpdateNode(node)
+	if p.cfg.Healthz != nil && node.Name == p.cfg.NodeName {
+		p.cfg.Healthz.SetNodeEligible(nodeEligible(node))
+	}
+	p.received(state.KindNode, state.ServiceName{}, time.Time{}, err)
+}
+
+// OnNodeDelete records that this node's Node is gone.
+func (p *Proxier) OnNodeDelete(node *v1.Node) {
+	p.tracker.DeleteNode(node)
+	if p.cfg.Healthz != nil && node.Name == p.cfg.NodeName {
+		p.cfg.Healthz.SetNodeEligible(false)
+	}
+	p.received(state.KindNode, state.ServiceName{}, time.Time{}, nil)
+}
+
+// received is the common tail of the event handlers: it logs an invalid object,
+// records the change time of a Service (at, or now when at is zero), and asks for
+// a sync.
+func (p *Proxier) received(kind string, svc state.ServiceName, at time.Time, err error) {
+	if err != nil {
+		p.log.Warn("ignoring invalid object", "kind", kind, "err", err)
+	}
+	now := p.clock.Now()
+	if svc.Name != "" {
+		if at.IsZero() || at.After(now) {
+			at = now
+		}
+		p.triggersMu.Lock()
+		p.triggers[svc] = append(p.triggers[svc], at)
+		p.triggersMu.Unlock()
+	}
+	p.metrics.LastQueuedTimestamp.Set(float64(now.UnixNano()) / 1e9)
+	if p.cfg.Healthz != nil {
+		p.cfg.Healthz.QueuedUpdate()
+	}
+	if p.cfg.OnChange != nil {
+		p.cfg.OnChange()
+	}
+}
+
+// sliceService returns the Service a slice belongs to, by its service-name label.
+func sliceService(slice *discoveryv1.EndpointSlice) state.ServiceName {
+	return state.ServiceName{Namespace: slice.Namespace, Name: slice.Labels[discoveryv1.LabelServiceName]}
+}
+
+// triggerTime returns the slice's last-change-trigger-time, or zero when it has
+// none or it does not parse.
+func triggerTime(slice *discoveryv1.EndpointSlice) time.Time {
+	v, ok := slice.Annotations[LastChangeTriggerTimeAnnotation]
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// nodeEligible reports whether node may receive load-balancer traffic.
+func nodeEligible(node *v1.Node) bool {
+	if node.DeletionTimestamp != nil {
+		return false
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == TaintToBeDeleted {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,29 @@
+// Package sim compiles an nftables ruleset (a knftables.Fake, or `nft list ruleset`
+// text) and traces synthetic packets through it as netfilter would, reporting every
+// step, every numgen branch with its probability, and the outcome.
+//
+// Compilation parses each rule once into statements over a small expression tree; sets
+// and maps get a hash index on the concatenated key plus, for ranges and prefixes, a
+// per-field segment tree, so lookups do not depend on the number of elements. Anything
+// the simulator does not understand is a *CompileError naming table, chain, rule and
+// column, never a silently skipped rule.
+//
+// A trace walks the hooks in order. A packet with no input interface whose source is a
+// node address (Env.LocalAddrs, or loopback) is locally generated: it starts at output,
+// then postrouting, and, when its destination is local, loops back through prerouting
+// and input on lo. Any other packet starts at prerouting; the routing decision sends it
+// to input when its (possibly DNATed) destination is a node address, else to forward
+// and postrouting. At each hook the base chains of every table of the packet's family
+// run by priority, with conntrack at -200 (prerouting, output; before it, ct state
+// reads invalid) and the NAT step at -100 (prerouting, output) or 100 (input,
+// postrouting). As in nf_nat, the nat chains of a hook run only for the first packet
+// of a connection and stop after the first one that sets up a translation; later
+// packets of a connection committed to a Runtime skip them and are translated by the
+// conntrack entry.
+//
+// numgen random forks the trace: every value is explored, each branch carrying its
+// probability. Time (set timeouts) and the choice of the branch a Runtime commits are
+// inputs (Env.Clock, Env.Seed, Env.Select); nothing reads the real clock or a global
+// RNG. Runtime.Load swaps in a new version of the ruleset and keeps the state the
+// kernel keeps across a transaction.
+package sim

@@ -1,0 +1,377 @@
+package sim
+
+import (
+	"net/netip"
+	"strconv"
+
+	"github.com/nftproxy/nftproxy/packet"
+)
+
+// expr is a compiled nftables expression: it loads a value (fixed-width bytes) from the
+// packet, its metadata, conntrack or the runtime.
+type expr interface {
+	// eval appends the expression's value to b. ok is false when the value cannot be
+	// fetched (ip saddr of an IPv6 packet, th dport of icmp, a map lookup that misses):
+	// the kernel then stops evaluating the rule (NFT_BREAK).
+	eval(c *evalCtx, b []byte) (out []byte, ok bool)
+	typ() fieldTypes
+	String() string
+}
+
+// ipField is ip/ip6 saddr, daddr and protocol/nexthdr.
+type ipField struct {
+	fam   packet.Family
+	field string // saddr, daddr, protocol (ip), nexthdr (ip6)
+}
+
+func (e *ipField) typ() fieldTypes {
+	switch e.field {
+	case "protocol", "nexthdr":
+		return fieldTypes{tInetProto}
+	}
+	if e.fam == packet.IPv4 {
+		return fieldTypes{tIPv4}
+	}
+	return fieldTypes{tIPv6}
+}
+
+func (e *ipField) String() string {
+	if e.fam == packet.IPv4 {
+		return "ip " + e.field
+	}
+	return "ip6 " + e.field
+}
+
+func (e *ipField) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	st := c.st
+	if st.fam != e.fam {
+		return b, false
+	}
+	switch e.field {
+	case "saddr":
+		return appendAddr(b, st.src.Addr()), true
+	case "daddr":
+		return appendAddr(b, st.dst.Addr()), true
+	}
+	return append(b, byte(st.proto)), true
+}
+
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if a.Is4() {
+		v := a.As4()
+		return append(b, v[:]...)
+	}
+	v := a.As16()
+	return append(b, v[:]...)
+}
+
+// thField is a transport header port: tcp/udp/sctp sport/dport, or th (any of them).
+type thField struct {
+	proto packet.Protocol // 0 for th
+	field string          // sport, dport
+}
+
+func (e *thField) typ() fieldTypes { return fieldTypes{tInetService} }
+
+func (e *thField) String() string {
+	if e.proto == 0 {
+		return "th " + e.field
+	}
+	return e.proto.String() + " " + e.field
+}
+
+func (e *thField) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	st := c.st
+	if e.proto != 0 && st.proto != e.proto {
+		return b, false
+	}
+	if !st.proto.HasPorts() {
+		// The simulator has no header bytes for protocols without ports.
+		return b, false
+	}
+	p := st.dst.Port()
+	if e.field == "sport" {
+		p = st.src.Port()
+	}
+	return append(b, byte(p>>8), byte(p)), true
+}
+
+// metaExpr is a meta key.
+type metaExpr struct{ key string }
+
+var metaTypes = map[string]*dtype{
+	"l4proto": tInetProto, "nfproto": tNFProto, "protocol": tEtherType, "mark": tMark,
+	"iif": tIfaceIndex, "iifname": tIfname, "oif": tIfaceIndex, "oifname": tIfname,
+	"nftrace": {name: "integer", kind: kInt, width: 1},
+}
+
+func (e *metaExpr) typ() fieldTypes { return fieldTypes{metaTypes[e.key]} }
+func (e *metaExpr) String() string  { return "meta " + e.key }
+
+func (e *metaExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	st := c.st
+	switch e.key {
+	case "l4proto":
+		return append(b, byte(st.proto)), true
+	case "nfproto":
+		if st.fam == packet.IPv4 {
+			return append(b, 2), true
+		}
+		return append(b, 10), true
+	case "protocol":
+		if st.fam == packet.IPv4 {
+			return append(b, 0x08, 0x00), true
+		}
+		return append(b, 0x86, 0xdd), true
+	case "mark":
+		return append(b, be32(st.mark)...), true
+	case "iif", "iifname":
+		// Without an interface the kernel loads an empty name (index 0), which
+		// matches no interface.
+		return appendIfname(b, st.iif), true
+	case "oif", "oifname":
+		return appendIfname(b, st.oif), true
+	case "nftrace":
+		if st.nftrace {
+			return append(b, 1), true
+		}
+		return append(b, 0), true
+	}
+	return b, false
+}
+
+func appendIfname(b []byte, name string) []byte {
+	var n [16]byte
+	copy(n[:], name)
+	return append(b, n[:]...)
+}
+
+// ctExpr is a conntrack key: ct state/status/mark/direction, or a tuple field of the
+// original or reply direction.
+type ctExpr struct {
+	key  string        // state, status, mark, direction, l3proto, protocol, saddr, daddr, proto-src, proto-dst
+	dir  string        // "", original, reply
+	fam  packet.Family // for saddr/daddr
+	vtyp *dtype        // value type
+}
+
+func (e *ctExpr) typ() fieldTypes { return fieldTypes{e.vtyp} }
+
+func (e *ctExpr) String() string {
+	s := "ct "
+	if e.dir != "" {
+		s += e.dir + " "
+	}
+	switch e.key {
+	case "saddr", "daddr":
+		if e.fam == packet.IPv6 {
+			return s + "ip6 " + e.key
+		}
+		return s + "ip " + e.key
+	}
+	return s + e.key
+}
+
+func (e *ctExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	st := c.st
+	switch e.key {
+	case "state":
+		return append(b, be32(st.ctStateBits())...), true
+	}
+	if !st.hasConn() {
+		// Without a conntrack entry every other ct key fails to load.
+		return b, false
+	}
+	switch e.key {
+	case "status":
+		return append(b, be32(st.ctStatus)...), true
+	case "mark":
+		return append(b, be32(st.ctMark)...), true
+	case "direction":
+		if st.reply {
+			return append(b, 1), true
+		}
+		return append(b, 0), true
+	case "l3proto":
+		if st.fam == packet.IPv4 {
+			return append(b, 2), true
+		}
+		return append(b, 10), true
+	case "protocol":
+		return append(b, byte(st.proto)), true
+	}
+	orig, reply := st.tuples()
+	t := orig
+	if e.dir == "reply" {
+		t = reply
+	}
+	switch e.key {
+	case "saddr", "daddr":
+		if st.fam != e.fam {
+			return b, false
+		}
+		if e.key == "saddr" {
+			return appendAddr(b, t.Src.Addr()), true
+		}
+		return appendAddr(b, t.Dst.Addr()), true
+	case "proto-src":
+		return append(b, byte(t.Src.Port()>>8), byte(t.Src.Port())), true
+	case "proto-dst":
+		return append(b, byte(t.Dst.Port()>>8), byte(t.Dst.Port())), true
+	}
+	return b, false
+}
+
+// numgenExpr is "numgen random|inc mod N [offset K]". Random numgen forks the trace.
+type numgenExpr struct {
+	random bool
+	mod    uint32
+	offset uint32
+	site   string // identifies this expression for inc counters, stable across reloads
+}
+
+func (e *numgenExpr) typ() fieldTypes { return fieldTypes{tInteger32} }
+
+func (e *numgenExpr) String() string {
+	s := "numgen inc mod " + strconv.FormatUint(uint64(e.mod), 10)
+	if e.random {
+		s = "numgen random mod " + strconv.FormatUint(uint64(e.mod), 10)
+	}
+	if e.offset != 0 {
+		s += " offset " + strconv.FormatUint(uint64(e.offset), 10)
+	}
+	return s
+}
+
+func (e *numgenExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	var v uint32
+	if e.random {
+		v = uint32(c.choose(int(e.mod), e))
+	} else {
+		v = c.numgenInc(e)
+	}
+	return append(b, be32(v+e.offset)...), true
+}
+
+// fibExpr is "fib saddr|daddr [. iif|. oif|. mark] type": the address type of the
+// packet's source or destination, judged against the node's addresses.
+type fibExpr struct {
+	addr  string // saddr, daddr
+	extra string // "", ". iif", ". oif", ". mark" (accepted, no effect: the node has one table)
+}
+
+func (e *fibExpr) typ() fieldTypes { return fieldTypes{tFibAddrType} }
+func (e *fibExpr) String() string  { return "fib " + e.addr + e.extra + " type" }
+
+func (e *fibExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	a := c.st.dst.Addr()
+	if e.addr == "saddr" {
+		a = c.st.src.Addr()
+	}
+	return append(b, be32(c.rt.addrType(a))...), true
+}
+
+// concatExpr is "a . b . c".
+type concatExpr struct {
+	parts []expr
+	types fieldTypes
+}
+
+func (e *concatExpr) typ() fieldTypes { return e.types }
+
+func (e *concatExpr) String() string {
+	s := ""
+	for i, p := range e.parts {
+		if i > 0 {
+			s += " . "
+		}
+		s += p.String()
+	}
+	return s
+}
+
+func (e *concatExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	for _, p := range e.parts {
+		var ok bool
+		if b, ok = p.eval(c, b); !ok {
+			return b, false
+		}
+	}
+	return b, true
+}
+
+// binopExpr is "x & m", "x | m", "x ^ m", "x << n", "x >> n" with a constant right side.
+type binopExpr struct {
+	op  string // &, |, ^, <<, >>
+	x   expr
+	arg []byte // for &, |, ^
+	sh  uint   // for << and >>
+	txt string
+}
+
+func (e *binopExpr) typ() fieldTypes { return e.x.typ() }
+func (e *binopExpr) String() string  { return e.x.String() + " " + e.op + " " + e.txt }
+
+func (e *binopExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	start := len(b)
+	b, ok := e.x.eval(c, b)
+	if !ok {
+		return b, false
+	}
+	v := b[start:]
+	switch e.op {
+	case "&":
+		for i := range v {
+			v[i] &= e.arg[i]
+		}
+	case "|":
+		for i := range v {
+			v[i] |= e.arg[i]
+		}
+	case "^":
+		for i := range v {
+			v[i] ^= e.arg[i]
+		}
+	case "<<":
+		putUint(v, getUint(v)<<e.sh)
+	case ">>":
+		putUint(v, getUint(v)>>e.sh)
+	}
+	return b, true
+}
+
+// constExpr is a literal.
+type constExpr struct {
+	val   []byte
+	types fieldTypes
+}
+
+func (e *constExpr) typ() fieldTypes { return e.types }
+func (e *constExpr) String() string  { return formatFields(e.types, e.val) }
+func (e *constExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	return append(b, e.val...), true
+}
+
+// mapExpr is "key map @m" or "key map { k : v, ... }": the data of the element matching key.
+type mapExpr struct {
+	key expr
+	set *setDef
+	txt string
+}
+
+func (e *mapExpr) typ() fieldTypes { return e.set.data }
+func (e *mapExpr) String() string  { return e.txt }
+
+func (e *mapExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
+	k, ok := e.key.eval(c, c.scratch())
+	if !ok {
+		return b, false
+	}
+	el := c.lookup(e.set, k)
+	if el < 0 {
+		c.note("no element " + formatFields(e.set.key, k) + " in " + e.set.displayName())
+		return b, false
+	}
+	c.noteElem(e.set, el, k)
+	return append(b, e.set.dataOf(&e.set.elems[el])...), true
+}

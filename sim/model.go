@@ -1,0 +1,89 @@
+package sim
+
+import "time"
+
+// table is a compiled nftables table.
+type table struct {
+	family  string // ip, ip6, inet
+	name    string
+	chains  map[string]*chain
+	chainL  []*chain // creation order
+	sets    map[string]*setDef
+	setL    []*setDef
+	comment string
+	dormant bool // a dormant table's base chains see no packets
+}
+
+func (t *table) id() string { return t.family + " " + t.name }
+
+// chain is a compiled chain: a base chain has hook information.
+type chain struct {
+	name    string
+	table   *table
+	base    *baseChain
+	rules   []*rule
+	comment string
+}
+
+// baseChain is the hook attachment of a base chain.
+type baseChain struct {
+	typ      string // filter, nat, route
+	hook     string // prerouting, input, forward, output, postrouting
+	prio     int
+	prioText string
+	policy   verdictKind // vAccept or vDrop
+}
+
+// rule is a compiled rule: its statements, in order.
+type rule struct {
+	text  string
+	stmts []stmt
+	line  int
+}
+
+// parseDuration reads an nft time value: "10800s", "3h", "1d2h3m4s", "500ms".
+func parseDuration(s string) (time.Duration, bool) {
+	if s == "" {
+		return 0, false
+	}
+	var total time.Duration
+	i := 0
+	for i < len(s) {
+		j := i
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		if j == i {
+			return 0, false
+		}
+		var n int64
+		for _, c := range s[i:j] {
+			n = n*10 + int64(c-'0')
+			if n > 1<<40 {
+				return 0, false
+			}
+		}
+		k := j
+		for k < len(s) && (s[k] < '0' || s[k] > '9') {
+			k++
+		}
+		var unit time.Duration
+		switch s[j:k] {
+		case "d":
+			unit = 24 * time.Hour
+		case "h":
+			unit = time.Hour
+		case "m":
+			unit = time.Minute
+		case "s", "":
+			unit = time.Second
+		case "ms":
+			unit = time.Millisecond
+		default:
+			return 0, false
+		}
+		total += time.Duration(n) * unit
+		i = k
+	}
+	return total, true
+}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const cluster = "../../examples/cluster.yaml"
+
+func runJSON(t *testing.T, args ...string) []Result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if err := run(append([]string{"--json"}, args...), &out, &errb); err != nil {
+		t.Fatalf("nftrace %v: %v\nstderr: %s", args, err, errb.String())
+	}
+	var res []Result
+	dec := json.NewDecoder(&out)
+	for dec.More() {
+		var r Result
+		if err := dec.Decode(&r); err != nil {
+			t.Fatalf("decoding output: %v", err)
+		}
+		res = append(res, r)
+	}
+	return res
+}
+
+func addrs(r Result) map[string]float64 {
+	m := map[string]float64{}
+	for _, e := range r.Endpoints {
+		m[e.Address] = e.Probability
+	}
+	return m
+}
+
+func TestClusterTraceJSON(t *testing.T) {
+	res := runJSON(t, "--cluster", cluster,
+		"tcp 10.1.0.9:40000 -> 172.30.0.10:80 iif veth1",
+		"tcp 10.1.0.9:40001 -> 172.30.0.10:81 iif veth1",
+		"tcp 192.168.0.10:40002 -> 172.30.0.10:80",
+	)
+	if len(res) != 3 {
+		t.Fatalf("got %d results, want 3", len(res))
+	}
+	web := res[0]
+	if web.Verdict != "accept" || web.Delivery != "forward" || web.Masquerade {
+		t.Errorf("pod -> web: verdict %s delivery %s masquerade %v; want accept forward unmasqueraded", web.Verdict, web.Delivery, web.Masquerade)
+	}
+	if got := addrs(web); len(got) != 2 || got["10.1.0.5:8080"] != 0.5 || got["10.2.0.5:8080"] != 0.5 {
+		t.Errorf("pod -> web endpoints = %v; want 10.1.0.5:8080 and 10.2.0.5:8080 at 0.5 each", got)
+	}
+	if len(web.Steps) == 0 || web.Steps[0].Kind != "hook" || len(web.Branches) != 2 {
+		t.Errorf("pod -> web: %d steps (first %+v), %d branches; want steps starting at a hook and 2 branches", len(web.Steps), web.Steps, len(web.Branches))
+	}
+	if res[1].Verdict != "reject" || len(res[1].Endpoints) != 0 {
+		t.Errorf("pod -> web:81: verdict %s endpoints %v; want reject without endpoints", res[1].Verdict, res[1].Endpoints)
+	}
+	node := res[2]
+	if !node.Masquerade || node.SNAT != "192.168.0.10" || len(node.Endpoints) != 2 {
+		t.Errorf("node -> web: masquerade %v snat %q endpoints %v; want masqueraded to 192.168.0.10 over 2 endpoints", node.Masquerade, node.SNAT, node.Endpoints)
+	}
+}
+
+func TestTextOutputHighlightsTheDecidingRule(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run([]string{"--cluster", cluster, "--color", "always", "tcp 10.1.0.9:40001 -> 172.30.0.10:81 iif veth1"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	if !strings.Contains(text, "\x1b[1;33m") || !strings.Contains(text, "=> REJECT") {
+		t.Errorf("text output lacks the highlighted rule or the verdict line:\n%s", text)
+	}
+	out.Reset()
+	if err := run([]string{"--cluster", cluster, "--color", "never", "tcp 10.1.0.9:40001 -> 172.30.0.10:81 iif veth1"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Errorf("--color never printed escape codes")
+	}
+}
+
+func TestRulesetFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "filter.nft")
+	rules := `table inet filter {
+	chain input {
+		type filter hook input priority filter; policy drop;
+		ct state established,related accept
+		iifname "lo" accept
+		tcp dport { 22, 80 } accept
+	}
+}
+`
+	if err := os.WriteFile(file, []byte(rules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := runJSON(t, "--ruleset", file, "--local", "192.168.0.10",
+		"tcp 203.0.113.5:4000 -> 192.168.0.10:22 iif eth0",
+		"tcp 203.0.113.5:4001 -> 192.168.0.10:23 iif eth0")
+	if res[0].Verdict != "accept" || res[0].Delivery != "local" {
+		t.Errorf("ssh: %s/%s, want accept/local", res[0].Verdict, res[0].Delivery)
+	}
+	if res[1].Verdict != "drop" {
+		t.Errorf("telnet: %s, want drop by the input policy", res[1].Verdict)
+	}
+}
+
+func TestBadInputNamesTheProblem(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cluster", cluster, "tpc 10.0.0.1:1 -> 10.0.0.2:2"}, `unknown protocol "tpc"`},
+		{[]string{"--cluster", cluster, "tcp 10.0.0.1:1 -> 10.0.0.2:99999"}, "column"},
+		{[]string{"tcp 10.0.0.1:1 -> 10.0.0.2:2"}, "give exactly one of --cluster"},
+		{[]string{"--cluster", cluster}, "no packet to trace"},
+		{[]string{"--cluster", "does-not-exist.yaml", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, "does-not-exist.yaml"},
+		{[]string{"--cluster", cluster, "--cluster-cidr", "10.0.0.0/33", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `--cluster-cidr: invalid CIDR "10.0.0.0/33"`},
+		{[]string{"--cluster", cluster, "--local", "1.2.3", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `--local: invalid address "1.2.3"`},
+	} {
+		var out, errb bytes.Buffer
+		err := run(tc.args, &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("nftrace %q: error %v; want it to mention %q", tc.args, err, tc.want)
+		}
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.nft")
+	os.WriteFile(bad, []byte("table ip t {\n\tchain c {\n\t\tip daddr 10.0.0.1 frobnicate\n\t}\n}\n"), 0o644)
+	var out, errb bytes.Buffer
+	err := run([]string{"--ruleset", bad, "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "frobnicate") {
+		t.Errorf("unsupported expression: error %v; want it to name the token", err)
+	}
+}
+
+// TestLive traces through a ruleset loaded into a throwaway network namespace.
+func TestLive(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: loads a ruleset into a new network namespace")
+	}
+	for _, tool := range []string{"nft", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "nftrace")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	rules := filepath.Join(t.TempDir(), "r.nft")
+	os.WriteFile(rules, []byte("table ip livetest {\n chain pre {\n  type nat hook prerouting priority dstnat; policy accept;\n  ip daddr 172.30.0.1 tcp dport 80 dnat to 10.1.0.7:8080\n }\n}\n"), 0o644)
+	script := "nft -f " + rules + " && " + bin + " --live --json 'tcp 203.0.113.5:4000 -> 172.30.0.1:80 iif eth0'"
+	out, err := exec.Command("unshare", "-n", "sh", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("unshare -n: %v", err)
+	}
+	var r Result
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("decoding %q: %v", out, err)
+	}
+	if len(r.Endpoints) != 1 || r.Endpoints[0].Address != "10.1.0.7:8080" {
+		t.Errorf("live trace endpoints = %v; want 10.1.0.7:8080", r.Endpoints)
+	}
+}
