@@ -58,7 +58,7 @@ func newClient(o *Options) (kubernetes.Interface, error) {
 func run(ctx context.Context, args []string, stderr io.Writer, d deps) int {
 	opts, err := loadConfig(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stderr, "Usage of nftproxy:\n", err.Error())
+		fmt.Fprint(stderr, err.Error())
 		return 0
 	}
 	if err != nil {
