@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -67,28 +66,8 @@ func TestPropertyBuilderChurnEqualsFreshBuild(t *testing.T) {
 		rs, d := b.Update(st, nil)
 		mustApply(t, s, rs, d)
 		for step := range 40 {
-			st = clone(st)
-			i := r.IntN(40)
-			name := state.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
-			switch r.IntN(5) {
-			case 0:
-				delete(st.Services, name)
-				delete(st.Slices, name)
-			case 1:
-				if _, ok := st.Services[name]; ok {
-					setEndpoints(st, name, i, r.IntN(5))
-				}
-			case 2:
-				// A Service that claims a shared ExternalIP and node port.
-				genService(st, i, r.IntN(4), r)
-				svc := *st.Services[name]
-				svc.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.1")}
-				svc.Ports = []state.ServicePort{{Name: "http", Protocol: state.TCP, Port: 80, NodePort: 31999}}
-				svc.Type = "NodePort"
-				st.Services[name] = &svc
-			default:
-				genService(st, i, r.IntN(5), r)
-			}
+			var name state.ServiceName
+			st, name = churnStep(st, r, true)
 			rs, d := b.Update(st, map[state.ServiceName]bool{name: true})
 			want := ruleset.Build(st, testConfig, knftables.IPv4Family)
 			if n := ruleset.Diff(want, rs).Len(); n != 0 {

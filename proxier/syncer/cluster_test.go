@@ -195,20 +195,7 @@ func TestPropertyClusterChurnEqualsFullSync(t *testing.T) {
 		f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 		s := New(f)
 		for step := range 40 {
-			st = clone(st)
-			i := r.IntN(40)
-			name := state.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
-			switch r.IntN(4) {
-			case 0:
-				delete(st.Services, name)
-				delete(st.Slices, name)
-			case 1:
-				if _, ok := st.Services[name]; ok {
-					setEndpoints(st, name, i, r.IntN(5))
-				}
-			default:
-				genService(st, i, r.IntN(5), r)
-			}
+			st, _ = churnStep(st, r, false)
 			want := ruleset.Build(st, testConfig, knftables.IPv4Family)
 			if _, err := s.Sync(context.Background(), want); err != nil {
 				t.Fatalf("seed %d step %d: %v\n%s", seed, step, err, f.LastTransaction)
@@ -218,4 +205,34 @@ func TestPropertyClusterChurnEqualsFullSync(t *testing.T) {
 			}
 		}
 	}
+}
+
+// churnStep applies one random change to a copy of st — a Service deleted, its
+// endpoints changed, or a Service (re)created; with conflicts, some Services claim a
+// shared ExternalIP and node port — and returns it with the Service changed.
+func churnStep(st *state.ClusterState, r *rand.Rand, conflicts bool) (*state.ClusterState, state.ServiceName) {
+	st = clone(st)
+	i := r.IntN(40)
+	name := state.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
+	switch r.IntN(5) {
+	case 0:
+		delete(st.Services, name)
+		delete(st.Slices, name)
+	case 1:
+		if _, ok := st.Services[name]; ok {
+			setEndpoints(st, name, i, r.IntN(5))
+		}
+	case 2:
+		genService(st, i, r.IntN(4), r)
+		if conflicts {
+			svc := *st.Services[name]
+			svc.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+			svc.Ports = []state.ServicePort{{Name: "http", Protocol: state.TCP, Port: 80, NodePort: 31999}}
+			svc.Type = "NodePort"
+			st.Services[name] = &svc
+		}
+	default:
+		genService(st, i, r.IntN(5), r)
+	}
+	return st, name
 }
