@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/nftproxy/nftproxy/e2e/kernel"
 	"github.com/nftproxy/nftproxy/features"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -20,10 +22,18 @@ func TestFeatures(t *testing.T) {
 }
 
 // backends are the places every scenario runs. The kernel backend joins them when
-// it is available (root, nft installed).
-var backends = []func() features.Backend{
-	func() features.Backend { return features.NewSimBackend() },
-}
+// it is available (root, nft installed); otherwise the suite says why it runs the
+// simulator only.
+var backends = func() []func() features.Backend {
+	bs := []func() features.Backend{
+		func() features.Backend { return features.NewSimBackend() },
+	}
+	if err := kernel.Available(); err != nil {
+		fmt.Fprintf(os.Stderr, "features: running the simulator backend only: %v\n", err)
+		return bs
+	}
+	return append(bs, func() features.Backend { return kernel.New() })
+}()
 
 var scenarios = func() []*features.Scenario {
 	scs, err := features.LoadDir(".")
@@ -94,7 +104,11 @@ func describeScenario(sc *features.Scenario, newBackend func() features.Backend)
 				})
 			case step.Advance > 0:
 				It(title, func() {
-					Expect(b.Advance(step.Advance)).To(Succeed())
+					err := b.Advance(step.Advance)
+					if errors.Is(err, features.ErrUnsupported) {
+						Skip(err.Error())
+					}
+					Expect(err).To(Succeed())
 				})
 			}
 		}
