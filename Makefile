@@ -65,3 +65,16 @@ bench: deps
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+
+# apiserver builds a real kube-apiserver (k8s.io/kubernetes v1.37.2, matching client-go
+# v0.37.2) and etcd into .cache/apiserver/ (gitignored); the first build takes ~15 minutes.
+# test-apiserver runs the e2e/apiserver suite against them (root; it skips otherwise).
+APISERVER_DIR ?= $(CURDIR)/.cache/apiserver
+
+.PHONY: apiserver test-apiserver
+
+apiserver:
+	GO=$(GO) bash e2e/apiserver/build.sh $(APISERVER_DIR)
+
+test-apiserver: deps apiserver
+	NFTPROXY_APISERVER_DIR=$(APISERVER_DIR) $(GO) test -count=1 -v -timeout 30m ./e2e/apiserver/ -args -ginkgo.v -ginkgo.label-filter=apiserver
