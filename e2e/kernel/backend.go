@@ -28,7 +28,7 @@ const DefaultTimeout = time.Second
 
 // MaxSleep is the longest scenario advance the Backend lives through in real time.
 // Longer ones are skipped: see Advance.
-const MaxSleep = 3 * time.Second
+const MaxSleep = 6 * time.Second
 
 var families = []knftables.Family{knftables.IPv4Family, knftables.IPv6Family}
 
