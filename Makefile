@@ -10,10 +10,11 @@ TESTFLAGS ?=
 
 all: build
 
-# deps installs the kernel tooling the tests and the daemon use (nft, ip, conntrack).
+# deps installs the kernel tooling the tests, the daemon and the bench use (nft, ip,
+# conntrack, iptables for the bench's kube-proxy baseline).
 deps:
 	@missing=""; \
-	for c in nft:nftables ip:iproute2 conntrack:conntrack; do \
+	for c in nft:nftables ip:iproute2 conntrack:conntrack iptables-legacy-restore:iptables; do \
 		command -v $${c%%:*} >/dev/null 2>&1 || missing="$$missing $${c##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -59,8 +60,13 @@ demo:
 	@echo; echo "### a Service without endpoints: REJECT"
 	$(NFTRACE) 'tcp 10.1.0.20:40005 -> 172.30.0.15:80 iif veth1'
 
+# bench measures nftproxy at scale against kube-proxy's iptables mode in the same run
+# (root; every measurement runs in network namespaces it creates and removes), and
+# writes bench-results/results.{json,md} and plot.png. BENCHFLAGS=--quick runs N <= 10k
+# in about 2 minutes; `go run ./tools/bench --help` lists the flags.
+BENCHFLAGS ?=
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./sim/ ./proxier/...
+	$(GO) run ./tools/bench $(BENCHFLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

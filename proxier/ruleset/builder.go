@@ -370,8 +370,9 @@ func (b *Builder) own(k objKey, owner string, v any) {
 
 func (b *Builder) disown(k objKey, owner string) {
 	e := b.entry(k)
-	i := slices.IndexFunc(e.owners, func(o owned) bool { return o.owner == owner })
-	if i < 0 {
+	// Shared objects (a dnat-N chain) have thousands of owners: search, don't scan.
+	i, found := slices.BinarySearchFunc(e.owners, owner, func(o owned, name string) int { return strings.Compare(o.owner, name) })
+	if !found {
 		return
 	}
 	e.owners = slices.Delete(e.owners, i, i+1)

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
+	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
+)
+
+// applier drives the proxier's control plane for one table, the way the proxier's
+// sync loop does: build the desired ruleset for the state, then apply it.
+type applier interface {
+	// apply brings the table to st. changed names the Services changed since the
+	// previous call; nil means all of them (the first sync).
+	apply(ctx context.Context, st *state.ClusterState, changed map[state.ServiceName]bool) (applyStats, error)
+	// path names the code path measured, for the report.
+	path() string
+}
+
+// applyStats is the cost of one apply.
+type applyStats struct {
+	Build  time.Duration
+	Sync   time.Duration
+	Result syncer.Result
+}
+
+// newApplier returns the applier the benchmark measures: the incremental builder
+// (ruleset.Builder.Update) and Syncer.Apply of its Delta, the proxier's production
+// path.
+var newApplier = newIncrementalApplier
+
+// pureApplier rebuilds the whole ruleset with ruleset.Build on every sync and lets
+// Syncer.Sync diff it against what it applied last: O(cluster) per sync.
+type pureApplier struct {
+	cfg ruleset.Config
+	s   *syncer.Syncer
+}
+
+func newPureApplier(nft knftables.Interface, cfg ruleset.Config) applier {
+	return &pureApplier{cfg: cfg, s: syncer.New(nft)}
+}
+
+func (p *pureApplier) path() string { return "ruleset.Build + Syncer.Sync" }
+
+func (p *pureApplier) apply(ctx context.Context, st *state.ClusterState, _ map[state.ServiceName]bool) (applyStats, error) {
+	t0 := time.Now()
+	rs := ruleset.Build(st, p.cfg, knftables.IPv4Family)
+	t1 := time.Now()
+	res, err := p.s.Sync(ctx, rs)
+	return applyStats{Build: t1.Sub(t0), Sync: time.Since(t1), Result: res}, err
+}
+
+// incrementalApplier updates a ruleset.Builder with the changed Services and
+// applies its Delta with Syncer.Apply: O(changed) per sync.
+type incrementalApplier struct {
+	b *ruleset.Builder
+	s *syncer.Syncer
+}
+
+func newIncrementalApplier(nft knftables.Interface, cfg ruleset.Config) applier {
+	return &incrementalApplier{b: ruleset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft)}
+}
+
+func (a *incrementalApplier) path() string { return "ruleset.Builder.Update + Syncer.Apply" }
+
+func (a *incrementalApplier) apply(ctx context.Context, st *state.ClusterState, changed map[state.ServiceName]bool) (applyStats, error) {
+	t0 := time.Now()
+	rs, delta := a.b.Update(st, changed)
+	t1 := time.Now()
+	res, err := a.s.Apply(ctx, rs, delta)
+	return applyStats{Build: t1.Sub(t0), Sync: time.Since(t1), Result: res}, err
+}
