@@ -49,7 +49,7 @@ type Backend struct {
 	nfts    map[knftables.Family]knftables.Interface
 	syncers map[knftables.Family]*syncer.Syncer
 	st      *state.ClusterState
-	resp    *responder
+	resp    *lab.EchoServer
 	obs     *observer
 	trace   *lab.Trace
 	// behind is how far the scenario's clock ran ahead of the kernel's through advances
@@ -244,7 +244,7 @@ func (b *Backend) Close() error {
 	b.closed = true
 	var errs []error
 	if b.resp != nil {
-		errs = append(errs, b.resp.stop())
+		errs = append(errs, b.resp.Stop())
 	}
 	if b.trace != nil {
 		_, err := b.trace.Stop()

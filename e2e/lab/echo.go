@@ -17,9 +17,10 @@ import (
 // echoIdle bounds how long a pod's echo server waits for a client's request.
 const echoIdle = 3 * time.Second
 
-// echoServer answers every TCP connection, UDP datagram and SCTP association on a pod's
-// addresses and ports with one line: "<pod> <source address:port it saw>".
-type echoServer struct {
+// EchoServer answers every TCP connection, UDP datagram and SCTP association on its
+// addresses and ports with one line: "<name> <source address:port it saw>". Pods run
+// one; a test may run one anywhere else, such as a node's own services.
+type EchoServer struct {
 	pod string
 
 	mu      sync.Mutex
@@ -29,33 +30,55 @@ type echoServer struct {
 	wg      sync.WaitGroup
 }
 
-// startEcho opens the pod's sockets inside ns, then serves them from ordinary goroutines:
-// a socket stays in the namespace it was created in.
-func startEcho(ns *NS, pod string, addrs []netip.Addr, ports []uint16) (*echoServer, error) {
-	s := &echoServer{pod: pod, conns: map[net.Conn]struct{}{}}
+// EchoPort is a protocol and port an EchoServer listens on.
+type EchoPort struct {
+	Proto Proto
+	Port  uint16
+}
+
+// startEcho starts a pod's echo server: TCP, UDP and (where the kernel has it) SCTP on
+// every port.
+func startEcho(ns *NS, pod string, addrs []netip.Addr, ports []uint16) (*EchoServer, error) {
+	var eps []EchoPort
+	for _, port := range ports {
+		eps = append(eps, EchoPort{TCP, port}, EchoPort{UDP, port})
+		if SCTPSupported() {
+			eps = append(eps, EchoPort{SCTP, port})
+		}
+	}
+	return StartEcho(ns, pod, addrs, eps)
+}
+
+// StartEcho opens the sockets of ports on every address inside ns, then serves them
+// from ordinary goroutines (a socket stays in the namespace it was created in),
+// answering with name. Stop it with Stop.
+func StartEcho(ns *NS, name string, addrs []netip.Addr, ports []EchoPort) (*EchoServer, error) {
+	s := &EchoServer{pod: name, conns: map[net.Conn]struct{}{}}
 	var streams []net.Listener
 	var dgrams []*net.UDPConn
-	sctp := SCTPSupported()
 	err := ns.Do(func() error {
 		for _, a := range addrs {
-			for _, port := range ports {
-				ap := netip.AddrPortFrom(a, port)
-				ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
-				if err != nil {
-					return err
-				}
-				streams = append(streams, ln)
-				s.closers = append(s.closers, ln)
-				pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
-				if err != nil {
-					return err
-				}
-				dgrams = append(dgrams, pc)
-				s.closers = append(s.closers, pc)
-				if sctp {
+			for _, p := range ports {
+				ap := netip.AddrPortFrom(a, p.Port)
+				switch p.Proto {
+				case TCP:
+					ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
+					if err != nil {
+						return fmt.Errorf("tcp %s: %w", ap, err)
+					}
+					streams = append(streams, ln)
+					s.closers = append(s.closers, ln)
+				case UDP:
+					pc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+					if err != nil {
+						return fmt.Errorf("udp %s: %w", ap, err)
+					}
+					dgrams = append(dgrams, pc)
+					s.closers = append(s.closers, pc)
+				case SCTP:
 					ln, err := listenSCTP(ap)
 					if err != nil {
-						return err
+						return fmt.Errorf("sctp %s: %w", ap, err)
 					}
 					streams = append(streams, ln)
 					s.closers = append(s.closers, ln)
@@ -65,7 +88,7 @@ func startEcho(ns *NS, pod string, addrs []netip.Addr, ports []uint16) (*echoSer
 		return nil
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("netns %s: echo server of pod %s: %w", ns.name, pod, err), s.stop())
+		return nil, errors.Join(fmt.Errorf("netns %s: echo server %s: %w", ns.name, name, err), s.Stop())
 	}
 	for _, ln := range streams {
 		s.wg.Add(1)
@@ -78,11 +101,11 @@ func startEcho(ns *NS, pod string, addrs []netip.Addr, ports []uint16) (*echoSer
 	return s, nil
 }
 
-func (s *echoServer) reply(src netip.AddrPort) []byte {
+func (s *EchoServer) reply(src netip.AddrPort) []byte {
 	return fmt.Appendf(nil, "%s %s\n", s.pod, netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
 }
 
-func (s *echoServer) serveStream(ln net.Listener) {
+func (s *EchoServer) serveStream(ln net.Listener) {
 	defer s.wg.Done()
 	for {
 		c, err := ln.Accept()
@@ -107,7 +130,7 @@ func (s *echoServer) serveStream(ln net.Listener) {
 
 // answer reads the client's request line, then replies and closes; reading first keeps the
 // receive queue empty, so the close is a FIN and not a reset.
-func (s *echoServer) answer(c net.Conn) {
+func (s *EchoServer) answer(c net.Conn) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
@@ -124,7 +147,7 @@ func (s *echoServer) answer(c net.Conn) {
 	}
 }
 
-func (s *echoServer) serveDatagrams(pc *net.UDPConn) {
+func (s *EchoServer) serveDatagrams(pc *net.UDPConn) {
 	defer s.wg.Done()
 	buf := make([]byte, 512)
 	for {
@@ -142,14 +165,14 @@ func (s *echoServer) serveDatagrams(pc *net.UDPConn) {
 	}
 }
 
-// stop closes every socket and waits for the serving goroutines.
-func (s *echoServer) stop() error {
+// Stop closes every socket and waits for the serving goroutines.
+func (s *EchoServer) Stop() error {
 	s.mu.Lock()
 	s.stopped = true
 	var errs []error
 	for _, c := range s.closers {
 		if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			errs = append(errs, fmt.Errorf("echo server of pod %s: %w", s.pod, err))
+			errs = append(errs, fmt.Errorf("echo server %s: %w", s.pod, err))
 		}
 	}
 	for c := range s.conns {

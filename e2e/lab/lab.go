@@ -54,7 +54,7 @@ type Pod struct {
 	// Remote tells whether the pod runs on the remote node.
 	Remote bool
 
-	echo *echoServer
+	echo *EchoServer
 }
 
 // IPv4 returns the pod's IPv4 address, or the zero Addr.
@@ -294,7 +294,7 @@ func (l *Lab) Close() error {
 		var errs []error
 		for _, p := range l.pods {
 			if p.echo != nil {
-				errs = append(errs, p.echo.stop())
+				errs = append(errs, p.echo.Stop())
 			}
 		}
 		for i := len(l.all) - 1; i >= 0; i-- {
