@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -66,11 +65,8 @@ func New() *Backend { return &Backend{} }
 // Available reports why the kernel backend cannot run here, or nil when it can: it
 // needs root (namespaces, veths, nftables) and the nft binary.
 func Available() error {
-	if os.Geteuid() != 0 {
-		return errors.New("kernel backend: needs root to create network namespaces, veths and nftables tables")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		return fmt.Errorf("kernel backend: needs nft (apt-get install nftables): %w", err)
+	if err := lab.Usable(); err != nil {
+		return fmt.Errorf("kernel backend: %w", err)
 	}
 	return nil
 }

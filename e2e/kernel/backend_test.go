@@ -106,14 +106,12 @@ func TestBackendObserves(t *testing.T) {
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}
-		names, err := lab.Leaks()
+		names, err := lab.LeaksOf([]string{id})
 		if err != nil {
 			t.Error(err)
 		}
 		for _, n := range names {
-			if strings.HasPrefix(n, lab.NamePrefix+id+"-") {
-				t.Errorf("namespace %s left behind", n)
-			}
+			t.Errorf("namespace %s left behind", n)
 		}
 	})
 

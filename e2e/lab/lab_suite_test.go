@@ -2,9 +2,6 @@ package lab_test
 
 import (
 	"net/netip"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -34,13 +31,8 @@ func recordLab(id string) {
 }
 
 var _ = BeforeSuite(func() {
-	if os.Geteuid() != 0 {
-		Skip("needs root: the lab creates network namespaces, veths and nftables rulesets")
-	}
-	for _, bin := range []string{"nft", "stdbuf"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			Skip("needs " + bin + " (apt-get install -y nftables coreutils): " + err.Error())
-		}
+	if err := lab.Usable(); err != nil {
+		Skip(err.Error())
 	}
 	removed, err := lab.RemoveStale(30 * time.Minute)
 	Expect(err).NotTo(HaveOccurred())
@@ -50,20 +42,12 @@ var _ = BeforeSuite(func() {
 })
 
 var _ = AfterSuite(func() {
-	if os.Geteuid() != 0 {
+	if lab.Usable() != nil {
 		return
 	}
-	names, err := lab.Leaks()
-	Expect(err).NotTo(HaveOccurred())
-	var leaked []string
-	for _, n := range names {
-		for _, id := range labIDs {
-			if strings.HasPrefix(n, lab.NamePrefix+id+"-") {
-				leaked = append(leaked, n)
-			}
-		}
-	}
-	Expect(leaked).To(BeEmpty(), "lab namespaces left behind by this suite")
+	labIDsMu.Lock()
+	defer labIDsMu.Unlock()
+	Expect(lab.LeaksOf(labIDs)).To(BeEmpty(), "lab namespaces left behind by this suite")
 })
 
 // Addresses of the test topology, all private to the lab's namespaces.

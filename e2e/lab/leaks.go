@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,6 +71,34 @@ func (l *Lab) Leaks() ([]string, error) {
 
 // Leaks lists the lab namespaces (of any lab, any process) still mounted under /run/netns.
 func Leaks() ([]string, error) { return mounted(NamePrefix) }
+
+// LeaksOf lists the namespaces still mounted of the labs with the given IDs, so that a
+// suite checks its own labs and ignores those of processes running beside it.
+func LeaksOf(ids []string) ([]string, error) {
+	var out []string
+	for _, id := range ids {
+		names, err := mounted(NamePrefix + id + "-")
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, names...)
+	}
+	return out, nil
+}
+
+// Usable reports why labs cannot be built on this machine — not root, or nft or stdbuf
+// (which the trace capture uses) missing — or nil when they can.
+func Usable() error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root: a lab creates network namespaces, veths and nftables rulesets")
+	}
+	for _, bin := range []string{"nft", "stdbuf"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return fmt.Errorf("needs %s (apt-get install -y nftables coreutils): %w", bin, err)
+		}
+	}
+	return nil
+}
 
 func mounted(prefix string) ([]string, error) {
 	entries, err := os.ReadDir(netnsDir)

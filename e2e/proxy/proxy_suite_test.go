@@ -3,8 +3,6 @@ package proxy_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,13 +38,8 @@ func skipSuite(why string) {
 }
 
 var _ = BeforeSuite(func() {
-	if os.Geteuid() != 0 {
-		skipSuite("needs root: the proxier suites create network namespaces and load nftables rulesets into them")
-	}
-	for _, bin := range []string{"nft", "stdbuf"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			skipSuite("needs " + bin + " (apt-get install -y nftables coreutils): " + err.Error())
-		}
+	if err := lab.Usable(); err != nil {
+		skipSuite(err.Error())
 	}
 	removed, err := lab.RemoveStale(30 * time.Minute)
 	Expect(err).NotTo(HaveOccurred())
@@ -67,23 +60,13 @@ var _ = AfterEach(func() {
 })
 
 var _ = AfterSuite(func() {
-	if os.Geteuid() != 0 {
+	if lab.Usable() != nil {
 		return
 	}
 	GinkgoWriter.Printf("connections made by the suite: %d\n", connections())
-	names, err := lab.Leaks()
-	Expect(err).NotTo(HaveOccurred())
 	labIDsMu.Lock()
 	defer labIDsMu.Unlock()
-	var leaked []string
-	for _, n := range names {
-		for _, id := range labIDs {
-			if strings.HasPrefix(n, lab.NamePrefix+id+"-") {
-				leaked = append(leaked, n)
-			}
-		}
-	}
-	Expect(leaked).To(BeEmpty(), "lab namespaces left behind by this suite")
+	Expect(lab.LeaksOf(labIDs)).To(BeEmpty(), "lab namespaces left behind by this suite")
 })
 
 // newLab builds spec for the current spec and removes it afterwards, also when the spec
