@@ -843,15 +843,8 @@ func (p *parser) parseAdd(verb token, insert bool) error {
 		}
 		return p.endOfStatement()
 	case "element":
-		tab, nameTok, err := p.tableAndName("set")
+		tab, s, err := p.elementTarget()
 		if err != nil {
-			return err
-		}
-		s, ok := tab.sets[nameTok.text]
-		if !ok {
-			return p.errTok(nameTok, "table %s: no such set or map %q", tab.id(), nameTok.text)
-		}
-		if _, err := p.expect(tLBrace, `"{"`); err != nil {
 			return err
 		}
 		if err := p.parseElements(tab, s, false); err != nil {
@@ -1049,15 +1042,8 @@ func (p *parser) parseDelete(destroy bool) error {
 			}
 		}
 	case "element":
-		tab, nt, err := p.tableAndName("set")
+		tab, s, err := p.elementTarget()
 		if err != nil {
-			return err
-		}
-		s, ok := tab.sets[nt.text]
-		if !ok {
-			return p.errTok(nt, "table %s: no such set or map %q", tab.id(), nt.text)
-		}
-		if _, err := p.expect(tLBrace, `"{"`); err != nil {
 			return err
 		}
 		if destroy {
@@ -1078,6 +1064,23 @@ func (p *parser) parseDelete(destroy bool) error {
 		return p.errTok(ot, "unsupported delete of %q", ot.text)
 	}
 	return p.endOfStatement()
+}
+
+// elementTarget reads the "TABLE SET {" that starts an element command and returns
+// the table and the set or map.
+func (p *parser) elementTarget() (*table, *setDef, error) {
+	tab, nt, err := p.tableAndName("set")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, ok := tab.sets[nt.text]
+	if !ok {
+		return nil, nil, p.errTok(nt, "table %s: no such set or map %q", tab.id(), nt.text)
+	}
+	if _, err := p.expect(tLBrace, `"{"`); err != nil {
+		return nil, nil, err
+	}
+	return tab, s, nil
 }
 
 // addRule compiles a rule's tokens and inserts it at pos (-1: append).
