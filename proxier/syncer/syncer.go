@@ -6,6 +6,7 @@ package syncer
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -117,12 +118,12 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	if s.applied != nil && !s.live {
 		// Sets and maps whose definition changed cannot be re-added over the old one.
 		for name, set := range s.applied.Sets {
-			if want, ok := desired.Sets[name]; ok && !sameSet(set, want) && slices.Contains(existing["set"], name) {
+			if want, ok := desired.Sets[name]; ok && !reflect.DeepEqual(set, want) && slices.Contains(existing["set"], name) {
 				tx.Delete(&knftables.Set{Name: name})
 			}
 		}
 		for name, m := range s.applied.Maps {
-			if want, ok := desired.Maps[name]; ok && !sameMap(m, want) && slices.Contains(existing["map"], name) {
+			if want, ok := desired.Maps[name]; ok && !reflect.DeepEqual(m, want) && slices.Contains(existing["map"], name) {
 				tx.Delete(&knftables.Map{Name: name})
 			}
 		}
@@ -180,7 +181,7 @@ func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
 		}
 	}
 	for _, c := range delta.Chains {
-		if c.Old != nil && c.New != nil && !sameChainDef(&c.Old.Chain, &c.New.Chain) {
+		if c.Old != nil && c.New != nil && !reflect.DeepEqual(c.Old.Chain, c.New.Chain) {
 			return true
 		}
 	}
