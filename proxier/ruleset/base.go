@@ -41,7 +41,8 @@ const (
 	MapNodePortETPLocal    = "nodeport-etp-local"
 	MapNoEndpointServices  = "no-endpoint-services"
 	MapNoEndpointNodePorts = "no-endpoint-nodeports"
-	MapFirewallIPs         = "firewall-ips"
+	SetFirewallIPs         = "firewall-ips"
+	SetFirewallAllow       = "firewall-allow"
 	// The backends maps are per endpoint index: backends-0, backends-1, ...
 	MapBackends              = "backends-"
 	MapLocalBackends         = "local-backends-"
@@ -120,15 +121,18 @@ func (b *builder) addSetsAndMaps() {
 		SetHairpin:      a + " . " + a,
 		SetExternalMasq: svcKey,
 		SetNodePortMasq: npKey,
+		SetFirewallIPs:  svcKey,
 	} {
 		b.rs.AddSet(&knftables.Set{Name: name, Type: typ})
 	}
+	// The source ranges of each LoadBalancer frontend with loadBalancerSourceRanges:
+	// frontend . range, the range an interval in the last field.
+	b.rs.AddSet(&knftables.Set{Name: SetFirewallAllow, Type: svcKey + " . " + a, Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	for name, typ := range map[string]string{
 		MapServiceIPs:          svcKey + " : verdict",
 		MapETPCluster:          svcKey + " : verdict",
 		MapETPLocal:            svcKey + " : verdict",
 		MapNoEndpointServices:  svcKey + " : verdict",
-		MapFirewallIPs:         svcKey + " : verdict",
 		MapServiceNodePorts:    npKey + " : verdict",
 		MapNodePortETPCluster:  npKey + " : verdict",
 		MapNodePortETPLocal:    npKey + " : verdict",
@@ -148,7 +152,7 @@ func (b *builder) addSharedChains() {
 
 	b.chain(ChainServiceEndpointsCheck, svcKey+" vmap @"+MapNoEndpointServices)
 	b.chain(ChainNodePortEndpointsCheck, npMatch+" vmap @"+MapNoEndpointNodePorts)
-	b.chain(ChainFirewallCheck, svcKey+" vmap @"+MapFirewallIPs)
+	b.chain(ChainFirewallCheck, svcKey+" @"+SetFirewallIPs+" "+svcKey+" . "+ip+" saddr != @"+SetFirewallAllow+" drop")
 	b.chain(ChainReject, "reject")
 
 	check := []string{ip + " daddr @" + SetClusterIPs + " reject"}
