@@ -56,11 +56,19 @@ func (b *SimBackend) Start(sc *Scenario, st *state.ClusterState) error {
 // Sync implements Backend: an incremental sync after the first.
 func (b *SimBackend) Sync(st *state.ClusterState) error {
 	var dumps []string
+	type moves struct {
+		rs    *ruleset.Ruleset
+		moves []ruleset.AffinityMove
+	}
+	var all []moves
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		if _, err := b.syncers[fam].Sync(context.Background(), ruleset.Build(st, b.sc.Config, fam)); err != nil {
+		rs := ruleset.Build(st, b.sc.Config, fam)
+		res, err := b.syncers[fam].Sync(context.Background(), rs)
+		if err != nil {
 			return fmt.Errorf("sync %s: %w", fam, err)
 		}
 		dumps = append(dumps, b.fakes[fam].Dump())
+		all = append(all, moves{rs, res.AffinityMoves})
 	}
 	prog, err := sim.CompileText(strings.Join(dumps, ""))
 	if err != nil {
@@ -69,8 +77,34 @@ func (b *SimBackend) Sync(st *state.ClusterState) error {
 	// Keep the runtime's state across syncs, as the kernel keeps affinity sets.
 	if b.rt == nil {
 		b.rt = sim.NewRuntime(prog, b.env())
-	} else {
-		b.rt.Load(prog)
+		return nil
+	}
+	// The Syncer moves the affinity records of the kernel's sets; the simulator's
+	// records live in its runtime, so the same moves are made there: taken out
+	// before the new ruleset is loaded (it may drop the set they are in), put back
+	// after.
+	type put struct {
+		table, set string
+		taken      *sim.Taken
+		timeout    time.Duration
+	}
+	var puts []put
+	for _, m := range all {
+		nodeIPs := m.rs.NodePortIPs()
+		table := string(m.rs.Family) + " " + m.rs.Table
+		for _, mv := range m.moves {
+			taken := b.rt.TakeElements(table, mv.From, func(f []string) bool { return mv.Matches(f, nodeIPs) })
+			if mv.To != "" {
+				timeout, _ := time.ParseDuration(mv.Timeout + "s")
+				puts = append(puts, put{table, mv.To, taken, timeout})
+			}
+		}
+	}
+	b.rt.Load(prog)
+	for _, p := range puts {
+		if err := b.rt.PutElements(p.table, p.set, p.taken, p.timeout); err != nil {
+			return fmt.Errorf("moving affinity records: %w", err)
+		}
 	}
 	return nil
 }

@@ -21,6 +21,15 @@
 // packets of a connection committed to a Runtime skip them and are translated by the
 // conntrack entry.
 //
+// Rules can add, update and delete elements of sets and maps from the packet path
+// ("update @m { KEY [timeout T] : DATA }") with the kernel's nft_dynset semantics: add
+// inserts a missing element only; update inserts one or, when the key is there,
+// refreshes its timeout (if it has one) and keeps its data. A Runtime keeps these
+// elements, with their data and expiry on Env.Clock, and every later lookup in the set
+// or map (matches, vmap, map in dnat or meta mark set) sees them until they expire.
+// As in nft, ct proto-src and proto-dst need the rule to have established a protocol
+// with ports first (meta l4proto tcp, tcp dport, ...).
+//
 // numgen random forks the trace: every value is explored, each branch carrying its
 // probability. Time (set timeouts) and the choice of the branch a Runtime commits are
 // inputs (Env.Clock, Env.Seed, Env.Select); nothing reads the real clock or a global

@@ -65,6 +65,30 @@ func TestCompileErrors(t *testing.T) {
 		{"table ip t { set s { type ipv4_addr; }\n delete set ip t s }", "", "", "", -1, "", 2, 2, `table ip t: unsupported object "delete"`},
 		{"add table ip t\nadd set ip t s { type ipv4_addr ; }\nadd chain ip t c\nadd rule ip t c ip saddr @s\ndelete set ip t s\n", "ip t", "c", "", 0, "ip saddr @s", 4, 10,
 			`set "s" was deleted while in use`},
+		// Map updates from the packet path: the data is checked against the map's data
+		// type, field by field.
+		{"table ip t { map m { type ipv4_addr : ipv4_addr . inet_service; }\n chain c { update @m { ip saddr : th dport . ip daddr } } }", "ip t", "c", "", 0, "update @m { ip saddr : th dport . ip daddr }", 2, 24,
+			"datatype mismatch: @m has data ipv4_addr . inet_service, expression has inet_service . ipv4_addr"},
+		{"table ip t { map m { type ipv4_addr : ipv4_addr . inet_service; }\n chain c { update @m { ip saddr : 10.1.0.500 . 80 } } }", "ip t", "c", "", 0, "update @m { ip saddr : 10.1.0.500 . 80 }", 2, 24,
+			`bad ipv4_addr value "10.1.0.500"`},
+		{"table ip t { map m { type ipv4_addr : ipv4_addr . inet_service; }\n chain c { update @m { ip saddr } } }", "ip t", "c", "", 0, "update @m { ip saddr }", 2, 22,
+			`@m is a map: update needs ": DATA" after the key (data is ipv4_addr . inet_service)`},
+		{"table ip t { map m { type ipv4_addr : ipv4_addr . inet_service; }\n chain c { delete @m { ip saddr } } }", "ip t", "c", "", 0, "delete @m { ip saddr }", 2, 22,
+			`@m is a map: delete needs ": DATA" after the key (data is ipv4_addr . inet_service)`},
+		{"table ip6 t { map m { type ipv6_addr . ipv6_addr : ipv6_addr . inet_service; }\n chain c { update @m { ip6 saddr . ip6 daddr : ip6 daddr } } }", "ip6 t", "c", "", 0,
+			"update @m { ip6 saddr . ip6 daddr : ip6 daddr }", 2, 37, "datatype mismatch: @m has data ipv6_addr . inet_service, expression has ipv6_addr"},
+		{"table ip t { map v { type ipv4_addr : verdict; }\n chain c { update @v { ip saddr : accept } } }", "ip t", "c", "", 0, "update @v { ip saddr : accept }", 2, 8,
+			"@v is a verdict map; verdict maps cannot be updated from the packet path"},
+		{"table ip t { set s { type ipv4_addr; }\n chain c { add @s { ip saddr : ip daddr } } }", "ip t", "c", "", 0, "add @s { ip saddr : ip daddr }", 2, 19,
+			"@s is a set; its elements have no data (use a map)"},
+		// ct proto-src and proto-dst have a type only after the rule established a
+		// protocol with ports, as in nft.
+		{"table ip t { set s { type ipv4_addr . inet_service; }\n chain c { ip daddr . ct original proto-dst @s } }", "ip t", "c", "", 0, "ip daddr . ct original proto-dst @s", 2, 12,
+			`ct original proto-dst has no type without a transport protocol: match "meta l4proto tcp" (or udp, sctp) earlier in the rule`},
+		{"table ip t { chain c { meta l4proto { tcp, udp } ct original proto-dst 80 } }", "ip t", "c", "", 0, "meta l4proto { tcp, udp } ct original proto-dst 80", 1, 27,
+			`ct original proto-dst has no type without a transport protocol: match "meta l4proto tcp" (or udp, sctp) earlier in the rule`},
+		{"table ip t { chain c { meta l4proto icmp ct original proto-dst 1 } }", "ip t", "c", "", 0, "meta l4proto icmp ct original proto-dst 1", 1, 19,
+			"ct original proto-dst: protocol icmp has no ports"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.src, func(t *testing.T) {

@@ -112,11 +112,12 @@ func (st *pktState) packet() packet.Packet {
 	return packet.Packet{Protocol: st.proto, Src: st.src, Dst: st.dst, IIf: st.iif, OIf: st.oif, Mark: st.mark, CT: ct}
 }
 
-// setEffect is a set update made on a branch, committed if the branch is.
+// setEffect is a set or map update made on a branch, committed if the branch is.
 type setEffect struct {
 	op      string
 	set     *setDef
 	key     string
+	data    string // map data
 	expires time.Time
 }
 
@@ -164,14 +165,34 @@ func (c *evalCtx) scratch() []byte {
 
 func (c *evalCtx) note(s string) { c.notes = append(c.notes, s) }
 
-// noteElem records the element a lookup found: index i of s, or, for an element added
-// from the packet path (i == dynElem), the key.
-func (c *evalCtx) noteElem(s *setDef, i int32, key []byte) {
-	if i == dynElemIx {
-		c.notes = append(c.notes, "element "+formatFields(s.key, key)+" in "+s.displayName()+" (added by a packet)")
-		return
+// noteElem records the element a lookup found: a compiled element of s, or, for an
+// element only the packet path added (h.ix == dynElemIx), the key and data.
+func (c *evalCtx) noteElem(s *setDef, h hit, key []byte) {
+	var txt string
+	if h.ix == dynElemIx {
+		txt = formatFields(s.key, key)
+		if s.isMap {
+			txt += " : " + formatFields(s.data, h.data)
+		}
+	} else {
+		txt = s.elemText(h.ix)
 	}
-	c.notes = append(c.notes, "element "+s.elemText(i)+" in "+s.displayName())
+	txt = "element " + txt + " in " + s.displayName()
+	switch {
+	case h.ix == dynElemIx:
+		txt += " (added by a packet" + c.expiresText(h.expires) + ")"
+	case h.dyn:
+		txt += " (refreshed by a packet" + c.expiresText(h.expires) + ")"
+	}
+	c.notes = append(c.notes, txt)
+}
+
+// expiresText is ", expires in D" for an element that times out at exp.
+func (c *evalCtx) expiresText(exp time.Time) string {
+	if exp.IsZero() {
+		return ""
+	}
+	return ", expires in " + formatDuration(exp.Sub(c.now))
 }
 
 func (c *evalCtx) choose(n int, e *numgenExpr) int {
@@ -207,72 +228,125 @@ func (c *evalCtx) numgenInc(e *numgenExpr) uint32 {
 	return v % e.mod
 }
 
-// dynElemIx is what lookup returns for an element added from the packet path.
+// dynElemIx is the index find reports for an element only the packet path added.
 const dynElemIx = -2
 
-// lookup finds the element of s matching key: updates made earlier on this run first,
-// then the runtime's dynamic elements, then the compiled elements. It returns the
-// element's index, dynElemIx, or -1.
-func (c *evalCtx) lookup(s *setDef, key []byte) int32 {
+// hit is what a lookup in a set or map found.
+type hit struct {
+	// ix is the index of the element in the set's compiled elements, dynElemIx for an
+	// element only the packet path added, or -1 when no live element has the key.
+	ix int32
+	// data is the element's map data (empty for sets and verdict maps).
+	data []byte
+	// dyn says the packet path added or refreshed the element; expires is then when
+	// it times out (zero: never).
+	dyn     bool
+	expires time.Time
+}
+
+// missHit is a lookup that found nothing.
+var missHit = hit{ix: -1}
+
+// find looks key up in s: updates made earlier on this run first, then the runtime's
+// dynamic elements, then the compiled elements. Expired and deleted elements are
+// invisible.
+func (c *evalCtx) find(s *setDef, key []byte) hit {
 	if s.name != "" {
 		for i := len(c.run.setFx) - 1; i >= 0; i-- {
 			fx := &c.run.setFx[i]
 			if fx.set == s && fx.key == string(key) {
-				if fx.op == "delete" || (!fx.expires.IsZero() && !c.now.Before(fx.expires)) {
-					return -1
+				if fx.op == "delete" || c.expired(fx.expires) {
+					return missHit
 				}
-				return dynElemIx
+				return c.dynHit(s, key, fx.data, fx.expires)
 			}
 		}
 		if m := c.rt.dyn[s]; m != nil {
 			if d, ok := m[string(key)]; ok {
-				if d.deleted || (!d.expires.IsZero() && !c.now.Before(d.expires)) {
-					return -1
+				if d.deleted || c.expired(d.expires) {
+					return missHit
 				}
-				if i := s.idx.lookup(key); i >= 0 {
-					return i
-				}
-				return dynElemIx
+				return c.dynHit(s, key, d.data, d.expires)
 			}
 		}
 	}
 	i := s.idx.lookup(key)
 	if i < 0 {
-		return -1
+		return missHit
 	}
-	if e := &s.elems[i]; e.expires > 0 && !c.now.Before(c.rt.start.Add(e.expires)) {
-		return -1
+	e := &s.elems[i]
+	if e.expires > 0 && !c.now.Before(c.rt.start.Add(e.expires)) {
+		return missHit
 	}
-	return i
+	return hit{ix: i, data: s.dataOf(e)}
 }
 
-func (c *evalCtx) setUpdate(s *setUpdateStmt, key []byte) {
+func (c *evalCtx) expired(exp time.Time) bool {
+	return !exp.IsZero() && !c.now.Before(exp)
+}
+
+// dynHit reports an element the packet path added or refreshed: as the compiled
+// element of the same key (and data) when there is one, else as dynElemIx.
+func (c *evalCtx) dynHit(s *setDef, key []byte, data string, exp time.Time) hit {
+	h := hit{ix: dynElemIx, data: []byte(data), dyn: true, expires: exp}
+	if i := s.idx.lookup(key); i >= 0 && string(s.dataOf(&s.elems[i])) == data {
+		h.ix = i
+	}
+	return h
+}
+
+// setUpdate is nft_dynset: add inserts the element unless it is there; update inserts
+// it or, when it is there, refreshes its timeout (if it has one) and, like the kernel,
+// keeps its data; delete removes it.
+func (c *evalCtx) setUpdate(s *setUpdateStmt, key, data []byte) {
+	set := s.set
 	d := s.timeout
 	if d == 0 {
-		d = s.set.timeout
+		d = set.timeout
 	}
 	var exp time.Time
 	if d > 0 {
 		exp = c.now.Add(d)
 	}
-	k := formatFields(s.set.key, key)
-	switch s.op {
-	case "add":
-		if c.lookup(s.set, key) != -1 {
-			c.note(fmt.Sprintf("%s already in @%s", k, s.set.name))
-			return
+	k := formatFields(set.key, key)
+	elemText := func(data []byte) string {
+		if !set.isMap {
+			return k
 		}
-	case "delete":
-		c.run.setFx = append(c.run.setFx, setEffect{op: "delete", set: s.set, key: string(key)})
-		c.note(fmt.Sprintf("delete %s from @%s", k, s.set.name))
+		return k + " : " + formatFields(set.data, data)
+	}
+	if s.op == "delete" {
+		c.run.setFx = append(c.run.setFx, setEffect{op: "delete", set: set, key: string(key)})
+		c.note(fmt.Sprintf("delete %s from @%s", k, set.name))
 		return
 	}
-	c.run.setFx = append(c.run.setFx, setEffect{op: s.op, set: s.set, key: string(key), expires: exp})
-	if d > 0 {
-		c.note(fmt.Sprintf("%s %s in @%s, timeout %s", s.op, k, s.set.name, d))
-	} else {
-		c.note(fmt.Sprintf("%s %s in @%s", s.op, k, s.set.name))
+	h := c.find(set, key)
+	if h.ix == -1 {
+		c.run.setFx = append(c.run.setFx, setEffect{op: s.op, set: set, key: string(key), data: string(data), expires: exp})
+		note := fmt.Sprintf("%s %s in @%s", s.op, elemText(data), set.name)
+		if d > 0 {
+			note += ", timeout " + formatDuration(d)
+		}
+		c.note(note)
+		return
 	}
+	if s.op == "add" {
+		c.note(fmt.Sprintf("%s already in @%s", elemText(h.data), set.name))
+		return
+	}
+	if h.dyn && h.expires.IsZero() {
+		// An element added without a timeout has none to refresh.
+		exp = time.Time{}
+	}
+	c.run.setFx = append(c.run.setFx, setEffect{op: "update", set: set, key: string(key), data: string(h.data), expires: exp})
+	note := fmt.Sprintf("update %s in @%s: already there", elemText(h.data), set.name)
+	if !exp.IsZero() {
+		note += ", timeout refreshed to " + formatDuration(d)
+	}
+	if set.isMap && string(data) != string(h.data) {
+		note += ", data " + formatFields(set.data, data) + " not written (update keeps an element's data)"
+	}
+	c.note(note)
 }
 
 var acceptVerdict = &verdict{kind: vAccept}

@@ -367,11 +367,11 @@ func (e *mapExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 	if !ok {
 		return b, false
 	}
-	el := c.lookup(e.set, k)
-	if el < 0 {
+	h := c.find(e.set, k)
+	if h.ix == -1 {
 		c.note("no element " + formatFields(e.set.key, k) + " in " + e.set.displayName())
 		return b, false
 	}
-	c.noteElem(e.set, el, k)
-	return append(b, e.set.dataOf(&e.set.elems[el])...), true
+	c.noteElem(e.set, h, k)
+	return append(b, h.data...), true
 }

@@ -64,6 +64,11 @@ var fuzzRules = []string{
 	"ct original ip daddr 1.1.1.1 ct mark set 0x5 meta mark set ct mark",
 	"numgen inc mod 2 offset 1 vmap { 1 : accept, 2 : drop }",
 	"meta mark set ip saddr map { 10.0.0.5 : 0x7 }",
+	"meta l4proto tcp update @aff { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout 10800s : ip daddr . th dport }",
+	"update @aff { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout 3h : ip daddr . tcp dport }",
+	"meta l4proto { tcp, udp, sctp } dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @aff",
+	"meta l4proto tcp ct original ip daddr . meta l4proto . ct original proto-dst . ip daddr . th dport vmap @affep",
+	"ip daddr . meta l4proto . th dport . ip saddr != @fwallow drop",
 }
 
 // wrapRule builds the rulesets FuzzTrace tries for a rule-only input.
@@ -74,6 +79,9 @@ func wrapRule(rule string) []string {
 	set ports4 { type ipv4_addr . inet_proto . inet_service; flags interval; elements = { 10.0.0.0/8 . tcp . 1-1024 } }
 	map vm { type ipv4_addr . inet_proto . inet_service : verdict; elements = { 1.1.1.1 . tcp . 80 : goto j, 172.30.0.41 . tcp . 80 : drop } }
 	map backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport; elements = { 172.30.0.41 . tcp . 80 . 0 : 10.0.0.1 . 8080, 172.30.0.41 . tcp . 80 . 1 : 10.0.0.2 . 8080 } }
+	map aff { type ipv4_addr . ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service; flags dynamic,timeout; timeout 3h; elements = { 10.0.0.9 . 1.1.1.1 . tcp . 80 timeout 1m expires 59s992ms : 10.0.0.1 . 8080 } }
+	map affep { type ipv4_addr . inet_proto . inet_service . ipv4_addr . inet_service : verdict; elements = { 1.1.1.1 . tcp . 80 . 1.1.1.1 . 80 : goto j, 172.30.0.41 . tcp . 80 . 172.30.0.41 . 80 : jump j } }
+	set fwallow { type ipv4_addr . inet_proto . inet_service . ipv4_addr; flags interval; elements = { 1.1.1.1 . tcp . 80 . 10.0.0.0/24, 172.30.0.41 . tcp . 1-1024 . 1.2.3.0-1.2.3.9 } }
 	chain j { meta mark set meta mark | 0x1 }
 `
 	chains := func(family, typ string, hooks ...string) string {

@@ -1,6 +1,10 @@
 package sim
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // table is a compiled nftables table.
 type table struct {
@@ -86,4 +90,27 @@ func parseDuration(s string) (time.Duration, bool) {
 		i = k
 	}
 	return total, true
+}
+
+// durationUnits are the units nft prints time values in, largest first.
+var durationUnits = []struct {
+	d    time.Duration
+	name string
+}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}}
+
+// formatDuration renders d as nft prints a time value, to the millisecond: "3h",
+// "1d2h", "59s992ms".
+func formatDuration(d time.Duration) string {
+	if d < time.Millisecond {
+		return "0s"
+	}
+	var b strings.Builder
+	for _, u := range durationUnits {
+		if n := d / u.d; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10))
+			b.WriteString(u.name)
+			d -= n * u.d
+		}
+	}
+	return b.String()
 }

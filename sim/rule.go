@@ -18,6 +18,11 @@ type ruleParser struct {
 	i       int
 	ruleIdx int
 	text    string
+	// l4proto is the transport protocol the rule has established so far ("meta
+	// l4proto tcp", "tcp dport ...", "ct protocol udp"), when l4known: it gives ct
+	// proto-src and proto-dst their type, as nft's protocol context does.
+	l4proto byte
+	l4known bool
 }
 
 func (rp *ruleParser) atEnd() bool { return rp.i >= len(rp.toks) }
@@ -566,6 +571,10 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 			return nil, err
 		}
 		protos := map[string]packet.Protocol{"tcp": packet.TCP, "udp": packet.UDP, "sctp": packet.SCTP, "th": 0}
+		if p := protos[t.text]; p != 0 {
+			// A transport header field implies "meta l4proto P".
+			rp.l4proto, rp.l4known = byte(p), true
+		}
 		return &thField{proto: protos[t.text], field: f.text}, nil
 	case "meta":
 		k := rp.next()
@@ -628,6 +637,9 @@ func (rp *ruleParser) parseCT(ct token) (expr, error) {
 	case "protocol":
 		e.vtyp = tInetProto
 	case "proto-src", "proto-dst":
+		if err := rp.checkPortContext(ct, e); err != nil {
+			return nil, err
+		}
 		e.vtyp = tInetService
 	case "saddr", "daddr":
 		if e.dir == "" {
@@ -654,6 +666,34 @@ func (rp *ruleParser) parseCT(ct token) (expr, error) {
 		return nil, errAt(k, "ct %s has no direction", e.key)
 	}
 	return e, nil
+}
+
+// portProtos are the transport protocols whose conntrack tuples carry ports.
+var portProtos = map[string]bool{"tcp": true, "udp": true, "sctp": true, "dccp": true, "udplite": true}
+
+// checkPortContext checks that a rule has established a protocol with ports before
+// ct proto-src or proto-dst, which nft cannot type otherwise ("can not use variable
+// sized data types (invalid) in concat expressions"). nft lists such rules without
+// the "meta l4proto tcp" they were written with when a later "tcp dport" implies it,
+// so a transport header field later in the rule is accepted too. Declarations
+// (typeof) are not checked.
+func (rp *ruleParser) checkPortContext(ct token, e *ctExpr) error {
+	if rp.chain == nil {
+		return nil
+	}
+	if rp.l4known {
+		name := formatValue(tInetProto, []byte{rp.l4proto})
+		if !portProtos[name] {
+			return errAt(ct, "%s: protocol %s has no ports", e, name)
+		}
+		return nil
+	}
+	for j := rp.i; j+1 < len(rp.toks); j++ {
+		if a, b := rp.toks[j], rp.toks[j+1]; a.kind == tWord && portProtos[a.text] && b.kind == tWord && (b.text == "sport" || b.text == "dport") {
+			return nil
+		}
+	}
+	return errAt(ct, `%s has no type without a transport protocol: match "meta l4proto tcp" (or udp, sctp) earlier in the rule`, e)
 }
 
 func (rp *ruleParser) parseNumgen() (expr, error) {
@@ -818,6 +858,9 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		}
 		m.lo, m.hi = lo, hi
 	}
+	if (op == opImplicit || op == opEq) && m.set == nil && !m.bits && string(m.lo) == string(m.hi) && len(m.lo) == 1 && setsL4(lhs) {
+		rp.l4proto, rp.l4known = m.lo[0], true
+	}
 	if m.set != nil && op != opImplicit && op != opEq && op != opNeq {
 		return nil, errAt(n, "operator %s cannot be used with a set", n.text)
 	}
@@ -827,6 +870,20 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 	}
 	m.txt = rp.textFrom(start)
 	return m, nil
+}
+
+// setsL4 reports whether matching e with a single protocol establishes the rule's
+// transport protocol: meta l4proto, ip protocol, ip6 nexthdr, ct protocol.
+func setsL4(e expr) bool {
+	switch e := e.(type) {
+	case *metaExpr:
+		return e.key == "l4proto"
+	case *ipField:
+		return e.field == "protocol" || e.field == "nexthdr"
+	case *ctExpr:
+		return e.key == "protocol"
+	}
+	return false
 }
 
 // parseNat reads dnat, snat, masquerade and redirect statements.
@@ -1017,7 +1074,10 @@ func (s *natStmt) kindName() string {
 	return [...]string{"dnat", "snat", "masquerade", "redirect"}[s.kind]
 }
 
-// parseSetUpdate reads "add|update|delete @set { KEY [timeout T] }".
+// parseSetUpdate reads "add|update|delete @set { KEY [timeout T] }" and, for a map,
+// "add|update|delete @map { KEY [timeout T] : DATA }". The kernel refuses a map
+// update without data (even a delete), and verdict maps cannot be updated from the
+// packet path at all.
 func (rp *ruleParser) parseSetUpdate() (stmt, error) {
 	start := rp.i
 	op := rp.next()
@@ -1026,8 +1086,8 @@ func (rp *ruleParser) parseSetUpdate() (stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.isMap {
-		return nil, errAt(st, "updating maps from the packet path is not supported")
+	if s.isMap && len(s.data) == 1 && s.data[0] == tVerdictType {
+		return nil, errAt(st, "%s is a verdict map; verdict maps cannot be updated from the packet path", st.text)
 	}
 	if o := rp.next(); o.kind != tLBrace {
 		return nil, errAt(o, `expected "{", found %s`, o.show())
@@ -1043,23 +1103,59 @@ func (rp *ruleParser) parseSetUpdate() (stmt, error) {
 	for {
 		t := rp.next()
 		if t.kind == tRBrace {
+			if s.isMap && u.data == nil {
+				return nil, errAt(t, `%s is a map: %s needs ": DATA" after the key (data is %s)`, st.text, op.text, s.data)
+			}
 			break
 		}
 		switch {
-		case t.kind == tWord && t.text == "timeout":
+		case t.kind == tWord && t.text == "timeout" && u.data == nil:
 			dt := rp.next()
 			d, ok := parseDuration(dt.text)
 			if !ok {
 				return nil, errAt(dt, "bad duration %s", dt.show())
 			}
 			u.timeout = d
-		case t.kind == tWord && t.text == "counter":
+		case t.kind == tWord && t.text == "counter" && u.data == nil:
+		case t.kind == tColon && u.data == nil:
+			if !s.isMap {
+				return nil, errAt(t, "%s is a set; its elements have no data (use a map)", st.text)
+			}
+			if u.data, err = rp.parseMapData(s, st); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, errAt(t, `expected "}", found %s`, t.show())
 		}
 	}
 	u.txt = rp.textFrom(start)
 	return u, nil
+}
+
+// parseMapData reads the DATA of "update @map { KEY : DATA }", an expression or a
+// constant, and checks it against the map's data type, field by field.
+func (rp *ruleParser) parseMapData(s *setDef, st token) (expr, error) {
+	t := rp.peek()
+	if t.kind == tRBrace || t.kind == tEOF {
+		return nil, errAt(t, "expected the map data (%s), found %s", s.data, t.show())
+	}
+	if !(t.kind == tWord && isExprKeyword(t.text)) {
+		return rp.parseConstExpr(s.data)
+	}
+	start := rp.i
+	e, err := rp.parseExpr()
+	if err != nil {
+		return nil, err
+	}
+	if rp.isWord(0, "map") {
+		if e, err = rp.parseMapExpr(e, start, s.data); err != nil {
+			return nil, err
+		}
+	}
+	if !e.typ().compatible(s.data) {
+		return nil, errAt(t, "datatype mismatch: %s has data %s, expression has %s", st.text, s.data, e.typ())
+	}
+	return e, nil
 }
 
 // elemParser reads one set or map element: KEY [. KEY]* [options] [: DATA].

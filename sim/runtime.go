@@ -14,11 +14,12 @@ import (
 const maxBranches = 4096
 
 // Runtime is a Program running on a node: it keeps the state packets leave behind —
-// conntrack entries, elements added to sets from the packet path (update @set) with
-// their timeouts, numgen inc counters — so that later packets see it. Each Trace
-// explores every numgen branch, then commits one branch (chosen by Env.Select, or at
-// random by probability with a generator seeded from Env.Seed). It is safe for
-// concurrent use; traces are serialized.
+// conntrack entries, elements added to sets and maps from the packet path (update
+// @set, update @map { key : data }) with their data and timeouts, numgen inc counters
+// — so that later packets see it. Each Trace explores every numgen branch, then
+// commits one branch (chosen by Env.Select, or at random by probability with a
+// generator seeded from Env.Seed). It is safe for concurrent use; traces are
+// serialized.
 type Runtime struct {
 	prog  *Program
 	env   Env
@@ -32,9 +33,10 @@ type Runtime struct {
 	rng    *rand.Rand
 }
 
-// dynElem is a set element added or deleted from the packet path.
+// dynElem is a set or map element added or deleted from the packet path.
 type dynElem struct {
 	expires time.Time // zero: never
+	data    string    // map data
 	deleted bool
 }
 
@@ -79,10 +81,10 @@ func (rt *Runtime) Trace(p packet.Packet) (*Trace, error) {
 
 // Load replaces the runtime's program with prog, as applying a new version of the
 // ruleset to the kernel would, and keeps what the kernel keeps across such a
-// transaction: conntrack entries, the elements packets added to sets that still exist
-// (same table, name and key type), and numgen inc counters of unchanged rules. A set
-// deleted and re-created under the same name cannot be told apart from one that was
-// kept, and keeps its elements.
+// transaction: conntrack entries, the elements packets added to sets and maps that
+// still exist (same table, name, key and data type), and numgen inc counters of
+// unchanged rules. A set deleted and re-created under the same name cannot be told
+// apart from one that was kept, and keeps its elements.
 func (rt *Runtime) Load(prog *Program) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -94,7 +96,8 @@ func (rt *Runtime) Load(prog *Program) {
 	}
 	dyn := map[*setDef]map[string]dynElem{}
 	for old, m := range rt.dyn {
-		if s, ok := newSets[old.table.id()+"\x00"+old.name]; ok && s.key.compatible(old.key) {
+		s, ok := newSets[old.table.id()+"\x00"+old.name]
+		if ok && s.isMap == old.isMap && s.key.compatible(old.key) && s.data.compatible(old.data) {
 			dyn[s] = m
 		}
 	}
@@ -116,8 +119,9 @@ func (rt *Runtime) FlushConntrack() {
 	rt.ct = newConntrack()
 }
 
-// SetElements returns the elements added to set name of table ("family name") from
-// the packet path that are live at the clock's current time, as nft prints keys.
+// SetElements returns the elements added to set or map name of table ("family name")
+// from the packet path that are live at the clock's current time, sorted, as nft
+// prints them: "KEY" for a set, "KEY : DATA" for a map.
 func (rt *Runtime) SetElements(tableID, name string) []string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
@@ -131,7 +135,11 @@ func (rt *Runtime) SetElements(tableID, name string) []string {
 			if d.deleted || (!d.expires.IsZero() && !now.Before(d.expires)) {
 				continue
 			}
-			out = append(out, formatFields(s.key, []byte(k)))
+			e := formatFields(s.key, []byte(k))
+			if s.isMap {
+				e += " : " + formatFields(s.data, []byte(d.data))
+			}
+			out = append(out, e)
 		}
 	}
 	sort.Strings(out)
@@ -163,7 +171,7 @@ func (rt *Runtime) commit(r *run) {
 			m = map[string]dynElem{}
 			rt.dyn[fx.set] = m
 		}
-		m[fx.key] = dynElem{expires: fx.expires, deleted: fx.op == "delete"}
+		m[fx.key] = dynElem{expires: fx.expires, data: fx.data, deleted: fx.op == "delete"}
 	}
 	for site, n := range r.incs {
 		rt.numgen[site] += n

@@ -99,10 +99,10 @@ func (s *matchStmt) exec(c *evalCtx) (result, *verdict) {
 	var m bool
 	switch {
 	case s.set != nil:
-		el := c.lookup(s.set, v)
-		m = el != -1
+		h := c.find(s.set, v)
+		m = h.ix != -1
 		if m && s.set.name != "" {
-			c.noteElem(s.set, el, v)
+			c.noteElem(s.set, h, v)
 		}
 		if s.op == opNeq {
 			m = !m
@@ -162,13 +162,14 @@ func (s *vmapStmt) exec(c *evalCtx) (result, *verdict) {
 	if !ok {
 		return rBreak, nil
 	}
-	el := c.lookup(s.set, k)
-	if el < 0 {
+	h := c.find(s.set, k)
+	if h.ix < 0 {
+		// dynElemIx cannot happen: verdict maps are not updated from the packet path.
 		c.note("no element " + formatFields(s.set.key, k) + " in " + s.set.displayName())
 		return rBreak, nil
 	}
-	c.noteElem(s.set, el, k)
-	return rVerdict, s.set.verdictOf(&s.set.elems[el])
+	c.noteElem(s.set, h, k)
+	return rVerdict, s.set.verdictOf(&s.set.elems[h.ix])
 }
 
 // verdictStmt is accept, drop, reject, jump, goto, return, continue.
@@ -294,11 +295,13 @@ func (s *natStmt) exec(c *evalCtx) (result, *verdict) {
 	return c.natSetup(s, addr, port, hasPort)
 }
 
-// setUpdateStmt is "add|update|delete @set { key [timeout T] }".
+// setUpdateStmt is "add|update|delete @set { key [timeout T] }", or for a map
+// "add|update|delete @map { key [timeout T] : data }".
 type setUpdateStmt struct {
 	op      string // add, update, delete
 	set     *setDef
 	key     expr
+	data    expr          // the element's data, for maps (nil for sets)
 	timeout time.Duration // 0: the set's default
 	txt     string
 }
@@ -309,6 +312,13 @@ func (s *setUpdateStmt) exec(c *evalCtx) (result, *verdict) {
 	if !ok {
 		return rBreak, nil
 	}
-	c.setUpdate(s, k)
+	var d []byte
+	if s.data != nil {
+		// A data expression that cannot be loaded ends the rule, as a key does.
+		if d, ok = s.data.eval(c, c.scratch()); !ok {
+			return rBreak, nil
+		}
+	}
+	c.setUpdate(s, k, d)
 	return rNext, nil
 }

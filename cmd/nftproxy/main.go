@@ -19,9 +19,12 @@ import (
 
 	"github.com/nftproxy/nftproxy/proxier"
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 func main() {
+	// Every nft the proxier runs inherits malloc tunables that speed up large loads.
+	syncer.TuneNFT()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stderr, defaultDeps())
 	stop()

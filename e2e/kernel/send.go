@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -202,7 +203,7 @@ func (b *Backend) sample(ns *lab.NS, proto lab.Proto, p packet.Packet, exp *feat
 		src := p.Src
 		if i > 0 {
 			src = netip.AddrPortFrom(p.Src.Addr(), 0)
-			if err := b.forget(p.Src.Addr(), sets); err != nil {
+			if err := b.forget(p.Src.Addr(), p, sets); err != nil {
 				return nil, err
 			}
 		}
@@ -418,16 +419,11 @@ func (b *Backend) account(p packet.Packet, ns *lab.NS, ss []sample, mark int, wa
 	return w.String()
 }
 
-// affinitySets returns the node's affinity sets of the Service ports p reaches: the
-// sets that remember which endpoint each client was sent to.
+// affinitySets returns the node's affinity sets when p reaches a Service port with
+// session affinity: the sets that remember which endpoint each client . frontend was
+// sent to.
 func (b *Backend) affinitySets(p packet.Packet) ([]string, error) {
-	var prefixes []string
-	for _, fp := range frontends(b.st, b.sc.Node.Addresses, p) {
-		if fp.svc.AffinityTimeout > 0 {
-			prefixes = append(prefixes, "affinity-ep-"+ruleset.NameHash(ruleset.PortID(fp.svc, fp.port))+"-")
-		}
-	}
-	if len(prefixes) == 0 {
+	if !slices.ContainsFunc(frontends(b.st, b.sc.Node.Addresses, p), func(fp frontendPort) bool { return fp.svc.AffinityTimeout > 0 }) {
 		return nil, nil
 	}
 	nft := b.nfts[familyOf(p)]
@@ -437,31 +433,29 @@ func (b *Backend) affinitySets(p packet.Packet) ([]string, error) {
 	}
 	var out []string
 	for _, n := range names {
-		if slices.ContainsFunc(prefixes, func(pre string) bool { return strings.HasPrefix(n, pre) }) {
+		if strings.HasPrefix(n, ruleset.SetAffinityClients) || strings.HasPrefix(n, ruleset.SetAffinityLocalClients) {
 			out = append(out, n)
 		}
 	}
 	return out, nil
 }
 
-// forget removes client from the given affinity sets of the node. Adding the element
-// first makes the deletion succeed whether or not the client was in the set, in one nft
-// run.
-func (b *Backend) forget(client netip.Addr, sets []string) error {
+// forget removes the record of client for p's frontend from the given affinity sets
+// of the node. Adding the element first makes the deletion succeed whether or not
+// the client was in the set, in one nft run.
+func (b *Backend) forget(client netip.Addr, p packet.Packet, sets []string) error {
 	if len(sets) == 0 {
 		return nil
 	}
-	nft := b.nfts[knftables.IPv4Family]
-	if client.Is6() {
-		nft = b.nfts[knftables.IPv6Family]
-	}
+	nft := b.nfts[familyOf(p)]
+	key := []string{client.String(), p.Dst.Addr().String(), p.Protocol.String(), strconv.Itoa(int(p.Dst.Port()))}
 	tx := nft.NewTransaction()
 	for _, set := range sets {
-		tx.Add(&knftables.Element{Set: set, Key: []string{client.String()}})
-		tx.Delete(&knftables.Element{Set: set, Key: []string{client.String()}})
+		tx.Add(&knftables.Element{Set: set, Key: key})
+		tx.Delete(&knftables.Element{Set: set, Key: key})
 	}
 	if err := nft.Run(context.Background(), tx); err != nil {
-		return fmt.Errorf("forget client %s in affinity sets %s: %w", client, strings.Join(sets, ", "), err)
+		return fmt.Errorf("forget client %s of %s in affinity sets %s: %w", client, p.Dst, strings.Join(sets, ", "), err)
 	}
 	return nil
 }

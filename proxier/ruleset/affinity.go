@@ -1,7 +1,7 @@
 package ruleset
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -10,56 +10,104 @@ import (
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
-// affinityChain returns the name of the sessionAffinity ClientIP chain of sp over
-// eps, adding it on first use. A client found in an endpoint's affinity set goes
-// back to that endpoint; a new client picks one at random. The local variant
-// (local endpoints only, for a Local traffic policy) shares the per-endpoint chains
-// and sets with the cluster one, so a client keeps its endpoint whichever way it
-// comes in.
-func (b *builder) affinityChain(sp *servicePort, eps []state.Endpoint, local bool) string {
-	kind := kindAffinity
-	if local {
-		kind = kindAffinityLocal
+// Session affinity (sessionAffinity ClientIP) uses shared objects only, so that an
+// affinity Service costs elements, not chains or sets, as every other Service:
+//
+//   - its frontends' endpoints go into affinity-backends-I maps (and the local and
+//     node-port variants), which are the backends-I maps of affinity frontends;
+//   - the dynamic set affinity-clients-I (affinity-local-clients-I for the local
+//     variants) remembers each client . frontend whose client was sent to the
+//     frontend's endpoint I;
+//   - affinity-dnat-N-T (one chain per endpoint count N, timeout T in seconds and
+//     variant) sends a remembered client to its endpoint and any other client to a
+//     random one, through affinity-backends-I-T, which records (or refreshes) the
+//     client in affinity-clients-I with timeout T and DNATs through the map.
+//
+// A record names an endpoint by its index, so when a frontend's endpoint list
+// changes the Syncer moves its records to the endpoint's new index, and deletes
+// those whose endpoint is gone (AffinityMoves).
+
+// affinitySize is the capacity of each affinity-clients-I set: the clients
+// remembered at once over all affinity frontends of the family. The kernel
+// allocates a dynamic set's elements as they come, so a large bound costs nothing
+// until it is used.
+const affinitySize = 1 << 20
+
+// affinityChain returns the name of the chain that dispatches frontends of kind k
+// with eps under sp's session affinity, adding the chains, maps and sets it needs,
+// and the frontend's elements in the affinity backends maps. local selects the
+// local variant.
+func (b *builder) affinityChain(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
+	secs := strconv.FormatInt(int64(affinityTimeout(sp.svc.AffinityTimeout)/time.Second), 10)
+	branches := make([]string, len(eps))
+	for i, e := range eps {
+		m := b.affinityBackends(k, i, local, secs)
+		b.rs.AddElement(&knftables.Element{
+			Map:   AffinityMapPrefix + b.backendsName(k, i, local),
+			Key:   append([]string(nil), key...),
+			Value: []string{addrString(e.Address), itoa(e.Port)},
+		})
+		branches[i] = m
 	}
-	name := PortChainName(kind, sp.id)
+	name := AffinityMapPrefix + b.dnatName(k, len(eps), local) + "-" + secs
 	if _, ok := b.rs.Chains[name]; ok {
 		return name
 	}
-	var rules, branches []string
-	for i, e := range eps {
-		ep := b.affinityEndpoint(sp, e)
-		rules = append(rules, b.fam.ip+" saddr @"+ep+" goto "+ep)
-		branches = append(branches, fmt.Sprintf("%d : goto %s", i, ep))
+	client := b.clientKey()
+	rules := make([]string, 0, len(eps)+1)
+	vmap := make([]string, len(eps))
+	for i, m := range branches {
+		rules = append(rules, client+" @"+clientsSet(i, local)+" goto "+m)
+		vmap[i] = strconv.Itoa(i) + " : goto " + m
 	}
-	// The commas stand apart from the chain names so that no tool splitting the
-	// rule on spaces reads "name," as a chain name.
-	rules = append(rules, fmt.Sprintf("numgen random mod %d vmap { %s }", len(eps), strings.Join(branches, " , ")))
+	rules = append(rules, "numgen random mod "+strconv.Itoa(len(eps))+" vmap { "+strings.Join(vmap, " , ")+" }")
 	b.chain(name, rules...)
 	return name
 }
 
-// affinityEndpoint returns the name of the chain (and of the set, which has the
-// same name) that records the client of endpoint e of sp and DNATs to e, adding
-// them on first use.
-func (b *builder) affinityEndpoint(sp *servicePort, e state.Endpoint) string {
-	name := EndpointChainName(kindAffinityEP, sp.id, e.AddrPort())
+// affinityBackends returns the name of the chain that records a client of endpoint
+// i of kind k for secs seconds and DNATs it through the affinity backends map i,
+// adding the chain, the map and the clients set on first use.
+func (b *builder) affinityBackends(k *frontendKind, i int, local bool, secs string) string {
+	m := AffinityMapPrefix + b.backendsName(k, i, local)
+	name := m + "-" + secs
 	if _, ok := b.rs.Chains[name]; ok {
 		return name
 	}
-	timeout := affinityTimeout(sp.svc.AffinityTimeout)
-	b.rs.AddSet(&knftables.Set{
-		Name: name,
-		Type: b.fam.addrType,
-		// Without "dynamic" some kernels keep the update rule but never add to the set.
-		Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
-		Timeout: &timeout,
-	})
-	ip := b.fam.ip
+	if _, ok := b.rs.Maps[m]; !ok {
+		b.rs.AddMap(&knftables.Map{Name: m, Type: b.backendsType(k)})
+	}
+	set := clientsSet(i, local)
+	if _, ok := b.rs.Sets[set]; !ok {
+		a := b.fam.addrType
+		b.rs.AddSet(&knftables.Set{
+			Name: set,
+			Type: a + " . " + a + " . inet_proto . inet_service",
+			// Without "dynamic" some kernels keep the update rule but never add to the set.
+			Flags:   []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+			Size:    knftables.PtrTo[uint64](affinitySize),
+			Timeout: knftables.PtrTo(state.DefaultAffinityTimeout),
+		})
+	}
 	b.chain(name,
-		"update @"+name+" { "+ip+" saddr }",
-		"meta l4proto "+string(sp.port.Protocol)+" dnat "+ip+" to "+e.AddrPort().String(),
+		"update @"+set+" { "+b.clientKey()+" timeout "+secs+"s }",
+		"meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" map @"+m,
 	)
 	return name
+}
+
+// clientKey is the packet expression of an affinity record: client . frontend.
+func (b *builder) clientKey() string {
+	ip := b.fam.ip
+	return ip + " saddr . " + ip + " daddr . meta l4proto . th dport"
+}
+
+// clientsSet returns the name of the affinity set of endpoint index i.
+func clientsSet(i int, local bool) string {
+	if local {
+		return SetAffinityLocalClients + strconv.Itoa(i)
+	}
+	return SetAffinityClients + strconv.Itoa(i)
 }
 
 // affinityTimeout rounds d up to whole seconds, the unit nft takes, and to at least

@@ -48,6 +48,13 @@ const (
 	MapLocalBackends         = "local-backends-"
 	MapNodePortBackends      = "nodeport-backends-"
 	MapNodePortLocalBackends = "nodeport-local-backends-"
+	// AffinityMapPrefix starts the names of the backends maps (and their chains) of
+	// session-affinity frontends: affinity-backends-0, affinity-nodeport-backends-0, ...
+	AffinityMapPrefix = "affinity-"
+	// The dynamic sets of affinity clients are per endpoint index too:
+	// affinity-clients-0, ..., affinity-local-clients-0, ...
+	SetAffinityClients      = "affinity-clients-"
+	SetAffinityLocalClients = "affinity-local-clients-"
 )
 
 // The verdicts of the no-endpoint maps.

@@ -155,14 +155,14 @@ func (b *builder) noEndpoints(sp *servicePort, k *frontendKind, key []string) {
 }
 
 // dispatchVerdict returns the verdict that DNATs traffic of frontend key to one of
-// eps (non-empty), adding the objects it needs: the affinity chains under
-// sessionAffinity ClientIP, else the shared dnat-N chain and, for each endpoint i,
-// the element of the frontend in backends map i. local selects the local variants
-// (dnat-local-N, local-backends-i, affinity-local), which hold a frontend's local
-// endpoints beside its cluster ones.
+// eps (non-empty), adding the objects it needs: the shared dnat-N chain and, for
+// each endpoint i, the element of the frontend in backends map i; under
+// sessionAffinity ClientIP the affinity chains and maps instead (affinity.go).
+// local selects the local variants (dnat-local-N, local-backends-i), which hold a
+// frontend's local endpoints beside its cluster ones.
 func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
 	if sp.svc.AffinityTimeout > 0 {
-		return "goto " + b.affinityChain(sp, eps, local)
+		return "goto " + b.affinityChain(sp, k, key, eps, local)
 	}
 	for i, e := range eps {
 		b.rs.AddElement(&knftables.Element{
@@ -174,14 +174,19 @@ func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string
 	return "goto " + b.dnatChain(k, len(eps), local)
 }
 
-// dnatChain returns the name of the chain that picks one of n backends of the kind
-// at random, adding it on first use so that only the counts in use have a chain.
-func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
+// dnatName returns the name of the dnat chain of kind k for n endpoints.
+func (b *builder) dnatName(k *frontendKind, n int, local bool) string {
 	name := k.dnatPrefix
 	if local {
 		name += "local-"
 	}
-	name += strconv.Itoa(n)
+	return name + strconv.Itoa(n)
+}
+
+// dnatChain returns the name of the chain that picks one of n backends of the kind
+// at random, adding it on first use so that only the counts in use have a chain.
+func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
+	name := b.dnatName(k, n, local)
 	if _, ok := b.rs.Chains[name]; ok {
 		return name
 	}
@@ -189,9 +194,29 @@ func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
 	for i := range n {
 		branches[i] = strconv.Itoa(i) + " : goto " + b.pickChain(k, i, local)
 	}
-	// The commas stand apart from the chain names, as in the affinity chains.
+	// The commas stand apart from the chain names so that no tool splitting the rule
+	// on spaces reads "name," as a chain name.
 	b.chain(name, "numgen random mod "+strconv.Itoa(n)+" vmap { "+strings.Join(branches, " , ")+" }")
 	return name
+}
+
+// backendsName returns the name of backends map i of kind k.
+func (b *builder) backendsName(k *frontendKind, i int, local bool) string {
+	name := k.backends
+	if local {
+		name = k.localBackends
+	}
+	return name + strconv.Itoa(i)
+}
+
+// backendsType returns the type of the backends maps of kind k: frontend key to
+// endpoint address . port.
+func (b *builder) backendsType(k *frontendKind) string {
+	keyType := "inet_proto . inet_service"
+	if k.byAddress {
+		keyType = b.fam.addrType + " . " + keyType
+	}
+	return keyType + " : " + b.fam.addrType + " . inet_service"
 }
 
 // pickChain returns the name of backends map i of the kind, which maps each
@@ -200,19 +225,11 @@ func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
 // nft 1.0.6 refuses new rules that use a typeof map with "th dport" already in the
 // kernel ("conflicting protocols specified").
 func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
-	name := k.backends
-	if local {
-		name = k.localBackends
-	}
-	name += strconv.Itoa(i)
+	name := b.backendsName(k, i, local)
 	if _, ok := b.rs.Maps[name]; ok {
 		return name
 	}
-	keyType := "inet_proto . inet_service"
-	if k.byAddress {
-		keyType = b.fam.addrType + " . " + keyType
-	}
-	b.rs.AddMap(&knftables.Map{Name: name, Type: keyType + " : " + b.fam.addrType + " . inet_service"})
+	b.rs.AddMap(&knftables.Map{Name: name, Type: b.backendsType(k)})
 	// The protocol match tells nft that th dport is meaningful; every Service
 	// protocol shares the chain.
 	b.chain(name, "meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" map @"+name)

@@ -1,8 +1,6 @@
 package ruleset
 
 import (
-	"net/netip"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -32,68 +30,6 @@ func TestPortID(t *testing.T) {
 // TestNameHash pins the hash to values computed independently (Python's
 // base64.b32encode(hashlib.sha256(id).digest())[:8]): chain names must not change
 // between releases, or an upgrade would rebuild every per-Service chain.
-func TestNameHash(t *testing.T) {
-	for id, want := range map[string]string{
-		"default/web/tcp/http":    "SUSTUHLJ",
-		"kube-system/api/tcp/443": "2GKMX3QC",
-	} {
-		if got := NameHash(id); got != want {
-			t.Errorf("NameHash(%q) = %q, want %q", id, got, want)
-		}
-	}
-}
-
-// nftName is what nft accepts as a chain or set name (its scanner's "string").
-var nftName = regexp.MustCompile(`^[a-zA-Z_.][a-zA-Z0-9/\-_.]*$`)
-
-func TestPortChainName(t *testing.T) {
-	if got, want := PortChainName(kindAffinity, "default/web/tcp/http"), "affinity-SUSTUHLJ-default/web/tcp/http"; got != want {
-		t.Errorf("PortChainName = %q, want %q", got, want)
-	}
-	long := strings.Repeat("n", 253) + "/" + strings.Repeat("s", 253) + "/tcp/http"
-	got := PortChainName(kindAffinityLocal, long)
-	if len(got) != maxNameLen {
-		t.Errorf("PortChainName of a long id has length %d, want %d", len(got), maxNameLen)
-	}
-	if want := "affinity-local-" + NameHash(long) + "-nnn"; !strings.HasPrefix(got, want) {
-		t.Errorf("PortChainName of a long id = %q, want prefix %q", got, want)
-	}
-	if !nftName.MatchString(got) {
-		t.Errorf("PortChainName = %q is not a valid nft name", got)
-	}
-}
-
-func TestEndpointChainName(t *testing.T) {
-	for _, tc := range []struct {
-		ep   string
-		want string
-	}{
-		{"10.1.0.5:8080", "affinity-ep-SUSTUHLJ-default/web/tcp/http__10.1.0.5/8080"},
-		// nft refuses ':' in names; '-' keeps distinct addresses distinct.
-		{"[fd01::1:5]:8080", "affinity-ep-SUSTUHLJ-default/web/tcp/http__fd01--1-5/8080"},
-		{"[fd01:0:0:1::5]:80", "affinity-ep-SUSTUHLJ-default/web/tcp/http__fd01-0-0-1--5/80"},
-	} {
-		got := EndpointChainName(kindAffinityEP, "default/web/tcp/http", netip.MustParseAddrPort(tc.ep))
-		if got != tc.want {
-			t.Errorf("EndpointChainName(%s) = %q, want %q", tc.ep, got, tc.want)
-		}
-		if !nftName.MatchString(got) {
-			t.Errorf("EndpointChainName(%s) = %q is not a valid nft name", tc.ep, got)
-		}
-	}
-
-	// A name too long loses part of the Service port id, never the endpoint.
-	long := strings.Repeat("n", 253) + "/" + strings.Repeat("s", 253) + "/tcp/http"
-	ep := netip.MustParseAddrPort("[fd01:ffff:ffff:ffff:ffff:ffff:ffff:ffff]:65535")
-	got := EndpointChainName(kindAffinityEP, long, ep)
-	if len(got) != maxNameLen {
-		t.Errorf("EndpointChainName of a long id has length %d, want %d", len(got), maxNameLen)
-	}
-	if want := "__fd01-ffff-ffff-ffff-ffff-ffff-ffff-ffff/65535"; !strings.HasSuffix(got, want) {
-		t.Errorf("EndpointChainName of a long id = %q, want suffix %q", got, want)
-	}
-}
-
 func TestElementComment(t *testing.T) {
 	if got := *elementComment("default/web/tcp/http"); got != "default/web/tcp/http" {
 		t.Errorf("elementComment kept %q", got)

@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
@@ -86,3 +88,176 @@ func TestKernelIncrementalSyncs(t *testing.T) {
 }
 
 func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
+
+// TestKernelGroupedFullSync loads grouped full syncs (7 elements to a command, so
+// that most sets and maps take several commands) into a real kernel, in a network
+// namespace of its own: into an empty table, then over the table it made, after the
+// kernel recorded a client in a session-affinity set. Every set and map listed back
+// holds what the ruleset holds — keys, values and comments — and the affinity record
+// survives the second full sync.
+func TestKernelGroupedFullSync(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: syncs into a new network namespace")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("needs nft")
+	}
+	ns, err := lab.NewNS(fmt.Sprintf("%sgroup-%d", lab.NamePrefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table, knftables.NoObjectCommentEmulation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rs := ruleset.Build(cluster(60), testConfig, knftables.IPv4Family)
+	// The unit tests of grouping take the text of a Fake's transactions for that of
+	// a real nft's.
+	tx := nft.NewTransaction()
+	rs.AddTo(tx)
+	if want, _ := ungroupedText(rs); tx.String() != want {
+		t.Fatalf("a real knftables.Interface writes the ruleset otherwise than a Fake")
+	}
+	s := New(nft, WithElementGroup(7))
+	if res, err := s.Sync(ctx, rs); err != nil || !res.Full {
+		t.Fatalf("first sync: %+v, %v; want a full sync", res, err)
+	}
+	if n := len(rs.Elements[ruleset.MapServiceIPs]); n <= 7 {
+		t.Fatalf("map %s has %d elements; want more than one command's worth", ruleset.MapServiceIPs, n)
+	}
+	checkKernelTable(t, nft, rs, nil)
+
+	aff := dynamicSets(rs)
+	if len(aff) == 0 {
+		t.Fatal("the ruleset has no session-affinity set")
+	}
+	record := &knftables.Element{Set: aff[0], Key: sampleKey(t, rs.Sets[aff[0]].Type)}
+	tx = nft.NewTransaction()
+	tx.Add(record)
+	if err := nft.Run(ctx, tx); err != nil {
+		t.Fatal(err)
+	}
+	s.RequestFullSync()
+	if res, err := s.Sync(ctx, rs); err != nil || !res.Full {
+		t.Fatalf("second sync: %+v, %v; want a full sync", res, err)
+	}
+	checkKernelTable(t, nft, rs, map[string][]string{aff[0]: {ruleset.ElementKey(record)}})
+}
+
+// checkKernelTable checks that the kernel's table has the chains, sets and maps of
+// rs, and that every set and map holds the elements of rs, plus the keys of extra.
+func checkKernelTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset, extra map[string][]string) {
+	t.Helper()
+	ctx := context.Background()
+	for kind, want := range map[string][]string{
+		"chain": ruleset.SortedKeys(rs.Chains),
+		"set":   ruleset.SortedKeys(rs.Sets),
+		"map":   ruleset.SortedKeys(rs.Maps),
+	} {
+		got, err := nft.List(ctx, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, sorted(got)); diff != "" {
+			t.Errorf("kernel %ss (-want +got):\n%s", kind, diff)
+		}
+	}
+	render := func(e *knftables.Element) string {
+		s := strings.Join(e.Key, " . ")
+		if e.Comment != nil {
+			s += fmt.Sprintf(" comment %q", *e.Comment)
+		}
+		if len(e.Value) > 0 {
+			s += " : " + strings.Join(e.Value, " . ")
+		}
+		return s
+	}
+	check := func(kind, name string) {
+		var want []string
+		for _, e := range rs.Elements[name] {
+			want = append(want, render(e))
+		}
+		want = append(want, extra[name]...)
+		es, err := nft.ListElements(ctx, kind, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range es {
+			got = append(got, render(e))
+		}
+		if diff := cmp.Diff(sorted(want), sorted(got)); diff != "" {
+			t.Errorf("kernel %s %s (-want +got):\n%s", kind, name, diff)
+		}
+	}
+	for _, name := range ruleset.SortedKeys(rs.Sets) {
+		check("set", name)
+	}
+	for _, name := range ruleset.SortedKeys(rs.Maps) {
+		check("map", name)
+	}
+}
+
+// BenchmarkKernelFullSync times a full sync of a large ruleset into an empty table of
+// a real kernel (in a network namespace of its own), with elements one per command
+// and grouped, and with nft's malloc tunables (TuneNFT) off and on. The cluster size
+// is $NFTPROXY_BENCH_SERVICES (default 50000):
+//
+//	go test ./proxier/syncer -run '^$' -bench KernelFullSync -benchtime 3x
+func BenchmarkKernelFullSync(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: syncs into a new network namespace")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		b.Skip("needs nft")
+	}
+	n := 50000
+	if v := os.Getenv("NFTPROXY_BENCH_SERVICES"); v != "" {
+		if _, err := fmt.Sscan(v, &n); err != nil {
+			b.Fatalf("NFTPROXY_BENCH_SERVICES=%q: %v", v, err)
+		}
+	}
+	ns, err := lab.NewNS(fmt.Sprintf("%sbench-%d", lab.NamePrefix, os.Getpid()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ns.Close() })
+	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	rs := ruleset.Build(cluster(n), testConfig, knftables.IPv4Family)
+	elements := 0
+	for _, es := range rs.Elements {
+		elements += len(es)
+	}
+	for _, group := range []int{1, DefaultElementGroup} {
+		for _, tuned := range []bool{false, true} {
+			b.Run(fmt.Sprintf("group=%d/tunables=%v", group, tuned), func(b *testing.B) {
+				if tuned {
+					b.Setenv("GLIBC_TUNABLES", NFTTunables)
+				} else {
+					b.Setenv("GLIBC_TUNABLES", "")
+				}
+				for range b.N {
+					b.StopTimer()
+					tx := nft.NewTransaction()
+					tx.Add(&knftables.Table{})
+					tx.Delete(&knftables.Table{})
+					if err := nft.Run(ctx, tx); err != nil {
+						b.Fatal(err)
+					}
+					s := New(nft, WithElementGroup(group))
+					b.StartTimer()
+					if _, err := s.Sync(ctx, rs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(elements), "elements")
+			})
+		}
+	}
+}

@@ -28,9 +28,11 @@ import (
 	"time"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 func main() {
+	syncer.TuneNFT() // nft's malloc tunables, as cmd/nftproxy sets them
 	if len(os.Args) > 1 && os.Args[1] == "child-control" {
 		if err := runControlChild(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
