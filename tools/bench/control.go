@@ -415,27 +415,19 @@ func vmHWM() float64 {
 
 // rulesetShape says what a ruleset is made of.
 type rulesetShape struct {
-	Chains int `json:"chains"`
-	// ServiceChains are the per-Service chains (affinity, firewall).
-	ServiceChains int            `json:"per_service_chains"`
-	Rules         int            `json:"rules"`
-	Sets          int            `json:"sets"`
-	Maps          int            `json:"maps"`
-	Elements      map[string]int `json:"elements"`
+	Chains   int            `json:"chains"`
+	Rules    int            `json:"rules"`
+	Sets     int            `json:"sets"`
+	Maps     int            `json:"maps"`
+	Elements map[string]int `json:"elements"`
 }
 
 func shapeOf(rs *ruleset.Ruleset) *rulesetShape {
 	sh := &rulesetShape{Chains: len(rs.Chains), Sets: len(rs.Sets), Maps: len(rs.Maps), Elements: map[string]int{}}
-	for name, c := range rs.Chains {
+	for _, c := range rs.Chains {
 		sh.Rules += len(c.Rules)
-		if strings.HasPrefix(name, "affinity-") || (strings.HasPrefix(name, "firewall-") && name != ruleset.ChainFirewallCheck) {
-			sh.ServiceChains++
-		}
 	}
 	for name, es := range rs.Elements {
-		if strings.HasPrefix(name, "affinity") {
-			name = "affinity-* (per endpoint)"
-		}
 		sh.Elements[name] += len(es)
 	}
 	return sh

@@ -224,8 +224,8 @@ func (r *Results) markdown() string {
 	w("")
 	if len(r.Control) > 0 {
 		if c := r.Control[len(r.Control)-1]; c.Shape != nil {
-			w("Ruleset at %s: %d chains (%d per-Service), %d rules, %d sets, %d maps; elements: %s.", short(c.N),
-				c.Shape.Chains, c.Shape.ServiceChains, c.Shape.Rules, c.Shape.Sets, c.Shape.Maps, topElements(c.Shape.Elements, 8))
+			w("Ruleset at %s: %d chains, %d rules, %d sets, %d maps (none per Service); elements: %s.", short(c.N),
+				c.Shape.Chains, c.Shape.Rules, c.Shape.Sets, c.Shape.Maps, topElements(c.Shape.Elements, 8))
 			w("")
 		}
 	}
