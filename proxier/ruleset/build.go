@@ -25,7 +25,15 @@ const TableComment = "nftproxy: Kubernetes Service proxy"
 //
 // Build panics when family is neither ip nor ip6: that is a programming error, and
 // an inet table would need a different layout.
+//
+// For a large cluster, Build builds the Services' rules on up to GOMAXPROCS
+// goroutines (see fresh.go); the result does not depend on their number.
 func Build(st *state.ClusterState, cfg Config, family knftables.Family) *Ruleset {
+	checkFamily(family)
+	// Without a Builder's index and Delta, in parallel: see fresh.go.
+	if rs := buildFresh(st, cfg, family); rs != nil {
+		return rs
+	}
 	rs, _ := NewBuilder(cfg, family).Update(st, nil)
 	return rs
 }

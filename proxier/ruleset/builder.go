@@ -20,33 +20,79 @@ import (
 // Objects several fragments share (a dnat-N chain, a hairpin element) stay as long
 // as one fragment has them. Frontends two Services claim go to one of them, as
 // Build documents; when the owner goes away the other is rebuilt and takes over.
+//
+// The first Update of every Service builds them on up to GOMAXPROCS goroutines, as
+// Build does; later ones cost O(the changed Services), not O(the cluster). A
+// Builder is not safe for concurrent use.
 type Builder struct {
 	cfg    Config
 	family knftables.Family
 
-	rs    *Ruleset
-	node  state.Node
-	base  *Ruleset
-	frags map[state.ServiceName]*Ruleset
-	// objects holds, per object, the fragments that have it.
-	objects map[objKey]*entry
-	claims  map[string][]claimant
-	// svcClaims lists the frontend keys each Service claims.
-	svcClaims map[state.ServiceName][]string
+	rs   *Ruleset
+	node state.Node
+	// base owns the objects that belong to no Service; svcs holds the owner of the
+	// fragment of each Service that has one.
+	base *owner
+	svcs map[state.ServiceName]*owner
+	// The index of every object of the table, by kind (elements by container): the
+	// owners of each and their versions of it.
+	chains, sets, maps *objTable
+	elems              map[string]*objTable
+	// claims holds the claimants of each frontend key, best first.
+	claims map[string]*claimSet
+	// keyBuf is scratch space to spell frontend keys; snaps lists the owners of the
+	// keys the Service being rebuilt had or claims, as they were before.
+	keyBuf []byte
+	snaps  []claimSnap
 
-	// gen counts Updates; touched lists the objects the current one touched, and
-	// dirty the Services whose frontend ownership it changed.
-	gen     uint64
-	touched []objKey
+	// fresh is true during the first Update, when every object is new: the Delta is
+	// then the whole ruleset and the objects' earlier versions need no recording.
+	fresh bool
+	// touched lists the objects the current Update touched, with their effective
+	// version before it; dirty the Services whose frontend ownership it changed.
+	touched []touch
 	dirty   map[state.ServiceName]bool
 }
 
-// entry is one object of the table: the fragments that have it, base ("") first and
-// then by Service name (the first one's version is the effective one), and its
-// effective version before the Update numbered gen, which touched it.
+// owner is the owner of a fragment: the node ("", first of all) or a Service
+// (named namespace/name). The owners of an object are ordered by name, and the
+// first one's version of it is the effective one.
+type owner struct {
+	name string
+	// objs are the objects of the owner's fragment.
+	objs []*entry
+	// claims are the frontend keys the Service claims.
+	claims []*claimSet
+}
+
+// objTable indexes the objects of one kind (elements: of one set or map) by name
+// (elements: by ElementKey).
+type objTable struct {
+	kind objKind
+	// name is the set or map of elements.
+	name    string
+	entries map[string]*entry
+	// out is the container's element map in the merged Ruleset (nil while it has
+	// no element).
+	out map[string]*knftables.Element
+}
+
+// entry is one object of the table and the owners that have it.
 type entry struct {
-	owners []owned
-	gen    uint64
+	tab  *objTable
+	name string
+	// first is the first owner (nil when none is left) and val its version, the
+	// effective one; more holds the other owners, in order.
+	first *owner
+	val   any
+	more  *ownerList
+	// touched is set once the current Update recorded the object's version before
+	// it; inOld marks, during replace, the objects of the owner's old fragment.
+	touched, inOld bool
+}
+
+type touch struct {
+	e      *entry
 	before any
 }
 
@@ -59,17 +105,19 @@ const (
 	kindElement
 )
 
-// objKey identifies an object of the table; container is the set or map of an
-// element.
-type objKey struct {
-	kind      objKind
-	container string
-	name      string
+// claimSet holds the claimants of one frontend key, best first.
+type claimSet struct {
+	key string
+	cs  []claimant
+	// snapped is set while a rebuild holds a claimSnap of the key.
+	snapped bool
 }
 
-type owned struct {
-	owner string
-	val   any
+// claimSnap is the owner of a frontend key before a Service's rebuild (the zero
+// claimant for none).
+type claimSnap struct {
+	set   *claimSet
+	first claimant
 }
 
 type claimant struct {
@@ -119,8 +167,8 @@ func Diff(old, desired *Ruleset) *Delta {
 	}
 	d := NewDelta()
 	diffMaps(old.Chains, desired.Chains, d.Chains, sameChain)
-	diffMaps(old.Sets, desired.Sets, d.Sets, func(a, b *knftables.Set) bool { return reflect.DeepEqual(a, b) })
-	diffMaps(old.Maps, desired.Maps, d.Maps, func(a, b *knftables.Map) bool { return reflect.DeepEqual(a, b) })
+	diffMaps(old.Sets, desired.Sets, d.Sets, sameSet)
+	diffMaps(old.Maps, desired.Maps, d.Maps, sameMap)
 	for _, c := range unionKeys(old.Elements, desired.Elements) {
 		m := map[string]Change[*knftables.Element]{}
 		diffMaps(old.Elements[c], desired.Elements[c], m, sameElement)
@@ -161,26 +209,40 @@ func unionKeys[V any](a, b map[string]V) []string {
 	return out
 }
 
+// sameChain, sameSet, sameMap and sameElement report whether two versions of an
+// object are deeply equal. They try the equal* functions of equal.go first, which
+// are exact when they say yes and far cheaper than reflection.
 func sameChain(a, b *Chain) bool {
+	if equalChain(a, b) {
+		return true
+	}
 	return reflect.DeepEqual(a.Chain, b.Chain) && slices.EqualFunc(a.Rules, b.Rules, func(x, y *knftables.Rule) bool {
 		return reflect.DeepEqual(x, y)
 	})
 }
 
-func sameElement(a, b *knftables.Element) bool { return reflect.DeepEqual(a, b) }
+func sameSet(a, b *knftables.Set) bool { return equalSet(a, b) || reflect.DeepEqual(a, b) }
+
+func sameMap(a, b *knftables.Map) bool { return equalMap(a, b) || reflect.DeepEqual(a, b) }
+
+func sameElement(a, b *knftables.Element) bool {
+	return equalElement(a, b) || reflect.DeepEqual(a, b)
+}
 
 // NewBuilder returns a Builder for one family (ip or ip6) with an empty ruleset.
 // cfg must already be defaulted and valid.
 func NewBuilder(cfg Config, family knftables.Family) *Builder {
 	checkFamily(family)
 	return &Builder{
-		cfg:       cfg,
-		family:    family,
-		rs:        New(family, cfg.Table),
-		frags:     map[state.ServiceName]*Ruleset{},
-		objects:   map[objKey]*entry{},
-		claims:    map[string][]claimant{},
-		svcClaims: map[state.ServiceName][]string{},
+		cfg:    cfg,
+		family: family,
+		rs:     New(family, cfg.Table),
+		svcs:   map[state.ServiceName]*owner{},
+		chains: &objTable{kind: kindChain, entries: map[string]*entry{}},
+		sets:   &objTable{kind: kindSet, entries: map[string]*entry{}},
+		maps:   &objTable{kind: kindMap, entries: map[string]*entry{}},
+		elems:  map[string]*objTable{},
+		claims: map[string]*claimSet{},
 	}
 }
 
@@ -189,30 +251,32 @@ func NewBuilder(cfg Config, family knftables.Family) *Builder {
 // and what changed. The Ruleset is the Builder's own: it stays valid, and changes,
 // with later Updates; callers must not modify it.
 func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*Ruleset, *Delta) {
-	b.gen++
-	b.touched = b.touched[:0]
-	if len(b.objects) == 0 {
-		// A first build: size the index for a typical Service's dozen objects, which
-		// saves rehashing it over and over as it grows.
-		est := 200 + 12*len(st.Services)
-		b.objects = make(map[objKey]*entry, est)
-		b.touched = make([]objKey, 0, est)
+	if b.base == nil && changed == nil && b.firstBuild(st) {
+		d := b.delta()
+		b.fresh = false
+		return b.rs, d
 	}
+	b.fresh = b.base == nil
+	b.touched = b.touched[:0]
 	b.dirty = map[state.ServiceName]bool{}
 	b.rs.Comment = TableComment
 
 	b.node = st.Node
-	base := buildBase(b.cfg, b.family, st.Node)
-	b.replace("", b.base, base)
-	b.base = base
+	if b.base == nil {
+		b.base = &owner{}
+	}
+	b.replace(b.base, buildBase(b.cfg, b.family, st.Node))
 
 	var names []state.ServiceName
 	if changed == nil {
-		for n := range b.frags {
+		names = make([]state.ServiceName, 0, len(b.svcs)+len(st.Services))
+		for n := range b.svcs {
 			names = append(names, n)
 		}
 		for n := range st.Services {
-			names = append(names, n)
+			if _, ok := b.svcs[n]; !ok {
+				names = append(names, n)
+			}
 		}
 	} else {
 		for n := range changed {
@@ -232,7 +296,10 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 		}
 		clear(b.dirty)
 	}
-	return b.rs, b.delta()
+	b.dirty = nil
+	d := b.delta()
+	b.fresh = false
+	return b.rs, d
 }
 
 func sortNames(ns []state.ServiceName) {
@@ -246,57 +313,102 @@ func compareNames(a, b state.ServiceName) int {
 	return strings.Compare(a.Name, b.Name)
 }
 
-// rebuild replaces the fragment of Service n by one built from st.
+// rebuild replaces the fragment of Service n by one built from st. Services whose
+// frontends changed hands in the process (net of n's own claims being withdrawn and
+// made again) are marked for rebuilding.
 func (b *Builder) rebuild(st *state.ClusterState, n state.ServiceName) {
-	for _, k := range b.svcClaims[n] {
-		b.unclaim(k, n)
+	o := b.svcs[n]
+	if o == nil {
+		o = &owner{name: n.String()}
 	}
-	delete(b.svcClaims, n)
+	b.snaps = b.snaps[:0]
+	for _, set := range o.claims {
+		b.snapshot(set)
+		set.cs = slices.DeleteFunc(set.cs, func(c claimant) bool { return c.svc == n })
+	}
+	clear(o.claims)
+	o.claims = o.claims[:0]
 	var frag *Ruleset
 	if svc := st.Services[n]; svc != nil {
 		frag = buildService(b.cfg, b.family, st, svc, func(key []string, id string, prio int) bool {
-			return b.claim(n, strings.Join(key, " . "), id, prio)
+			return b.claim(o, n, key, id, prio)
 		})
 	}
-	b.replace(n.String(), b.frags[n], frag)
 	if frag == nil {
-		delete(b.frags, n)
-	} else {
-		b.frags[n] = frag
-	}
-}
-
-// claim registers Service port id of Service n as a claimant of frontend k and
-// reports whether it owns it. A claimant that displaces the owner marks the
-// owner's Service for rebuilding.
-func (b *Builder) claim(n state.ServiceName, k, id string, prio int) bool {
-	cs := b.claims[k]
-	c := claimant{prio: prio, id: id, svc: n}
-	i, found := slices.BinarySearchFunc(cs, c, compareClaimants)
-	if !found {
-		if i == 0 && len(cs) > 0 && cs[0].svc != n {
-			b.dirty[cs[0].svc] = true
+		for _, set := range o.claims {
+			set.cs = slices.DeleteFunc(set.cs, func(c claimant) bool { return c.svc == n })
 		}
-		cs = slices.Insert(cs, i, c)
-		b.claims[k] = cs
-		b.svcClaims[n] = append(b.svcClaims[n], k)
+		o.claims = nil
 	}
-	return cs[0].svc == n && cs[0].id == id
+	for _, sn := range b.snaps {
+		set := sn.set
+		set.snapped = false
+		var now claimant
+		if len(set.cs) > 0 {
+			now = set.cs[0]
+		} else if b.claims[set.key] == set {
+			delete(b.claims, set.key)
+		}
+		if now.svc == sn.first.svc && now.id == sn.first.id {
+			continue
+		}
+		for _, c := range []claimant{sn.first, now} {
+			if c.svc != n && c.svc != (state.ServiceName{}) {
+				b.dirty[c.svc] = true
+			}
+		}
+	}
+	clear(b.snaps)
+	b.snaps = b.snaps[:0]
+	b.replace(o, frag)
+	if frag == nil {
+		delete(b.svcs, n)
+	} else {
+		b.svcs[n] = o
+	}
 }
 
-// unclaim removes Service n's claims on k; a new owner is marked for rebuilding.
-func (b *Builder) unclaim(k string, n state.ServiceName) {
-	cs := b.claims[k]
-	wasOwner := len(cs) > 0 && cs[0].svc == n
-	cs = slices.DeleteFunc(cs, func(c claimant) bool { return c.svc == n })
-	if len(cs) == 0 {
-		delete(b.claims, k)
+// snapshot records the owner of set before the Service being rebuilt changes it.
+func (b *Builder) snapshot(set *claimSet) {
+	if set.snapped {
 		return
 	}
-	b.claims[k] = cs
-	if wasOwner && cs[0].svc != n {
-		b.dirty[cs[0].svc] = true
+	set.snapped = true
+	sn := claimSnap{set: set}
+	if len(set.cs) > 0 {
+		sn.first = set.cs[0]
 	}
+	b.snaps = append(b.snaps, sn)
+}
+
+// claim registers Service port id of Service n (owner o) as a claimant of frontend
+// key and reports whether it owns it.
+func (b *Builder) claim(o *owner, n state.ServiceName, key []string, id string, prio int) bool {
+	b.keyBuf = appendKey(b.keyBuf[:0], key)
+	set := b.claims[string(b.keyBuf)]
+	if set == nil {
+		set = &claimSet{key: string(b.keyBuf)}
+		b.claims[set.key] = set
+	}
+	b.snapshot(set)
+	c := claimant{prio: prio, id: id, svc: n}
+	i, found := slices.BinarySearchFunc(set.cs, c, compareClaimants)
+	if !found {
+		set.cs = slices.Insert(set.cs, i, c)
+		o.claims = append(o.claims, set)
+	}
+	return set.cs[0].svc == n && set.cs[0].id == id
+}
+
+// appendKey appends key spelt as ElementKey spells it, " . " between the fields.
+func appendKey(buf []byte, key []string) []byte {
+	for i, k := range key {
+		if i > 0 {
+			buf = append(buf, " . "...)
+		}
+		buf = append(buf, k...)
+	}
+	return buf
 }
 
 func compareClaimants(a, b claimant) int {
@@ -309,153 +421,256 @@ func compareClaimants(a, b claimant) int {
 	return strings.Compare(a.id, b.id)
 }
 
-// replace swaps the objects owner contributed in old for those of frag.
-func (b *Builder) replace(owner string, old, frag *Ruleset) {
-	if old != nil {
-		forEachObject(old, func(k objKey, _ any) { b.disown(k, owner) })
+// replace makes frag (nil for none) the fragment of o: the objects of both its old
+// fragment and frag take o's new version, the others are owned or disowned.
+func (b *Builder) replace(o *owner, frag *Ruleset) {
+	for _, e := range o.objs {
+		e.inOld = true
 	}
+	var objs []*entry
 	if frag != nil {
-		forEachObject(frag, func(k objKey, v any) { b.own(k, owner, v) })
-	}
-}
-
-func forEachObject(r *Ruleset, fn func(objKey, any)) {
-	for n, c := range r.Chains {
-		fn(objKey{kind: kindChain, name: n}, c)
-	}
-	for n, s := range r.Sets {
-		fn(objKey{kind: kindSet, name: n}, s)
-	}
-	for n, m := range r.Maps {
-		fn(objKey{kind: kindMap, name: n}, m)
-	}
-	for c, es := range r.Elements {
-		for k, e := range es {
-			fn(objKey{kind: kindElement, container: c, name: k}, e)
+		objs = make([]*entry, 0, frag.numDefs())
+		keep := func(t *objTable, name string, v any) {
+			e := t.entries[name]
+			if e == nil {
+				e = &entry{tab: t, name: name}
+				t.entries[name] = e
+			}
+			if e.inOld {
+				e.inOld = false
+				b.update(e, o, v)
+			} else {
+				b.own(e, o, v)
+			}
+			objs = append(objs, e)
+		}
+		for n, c := range frag.Chains {
+			keep(b.chains, n, c)
+		}
+		for n, s := range frag.Sets {
+			keep(b.sets, n, s)
+		}
+		for n, m := range frag.Maps {
+			keep(b.maps, n, m)
+		}
+		for c, es := range frag.Elements {
+			t := b.elemTable(c)
+			for k, e := range es {
+				keep(t, k, e)
+			}
 		}
 	}
+	for _, e := range o.objs {
+		if e.inOld {
+			e.inOld = false
+			b.disown(e, o)
+		}
+	}
+	o.objs = objs
 }
 
-// entry returns the entry of k, recording its version before this Update on the
-// first touch.
-func (b *Builder) entry(k objKey) *entry {
-	e := b.objects[k]
-	if e == nil {
-		e = &entry{}
-		b.objects[k] = e
+func (b *Builder) elemTable(c string) *objTable {
+	t := b.elems[c]
+	if t == nil {
+		t = &objTable{kind: kindElement, name: c, entries: map[string]*entry{}}
+		b.elems[c] = t
 	}
-	if e.gen != b.gen {
-		e.gen = b.gen
-		e.before = e.effective()
-		b.touched = append(b.touched, k)
-	}
-	return e
+	return t
 }
 
-func (e *entry) effective() any {
-	if e != nil && len(e.owners) > 0 {
-		return e.owners[0].val
-	}
-	return nil
-}
-
-func (b *Builder) own(k objKey, owner string, v any) {
-	e := b.entry(k)
-	i, _ := slices.BinarySearchFunc(e.owners, owner, func(o owned, name string) int { return strings.Compare(o.owner, name) })
-	e.owners = slices.Insert(e.owners, i, owned{owner: owner, val: v})
-	if i == 0 {
-		b.setEffective(k, v)
+// touch records the effective version of e before the current Update changes it.
+func (b *Builder) touch(e *entry) {
+	if !b.fresh && !e.touched {
+		e.touched = true
+		b.touched = append(b.touched, touch{e: e, before: e.val})
 	}
 }
 
-func (b *Builder) disown(k objKey, owner string) {
-	e := b.entry(k)
-	// Shared objects (a dnat-N chain) have thousands of owners: search, don't scan.
-	i, found := slices.BinarySearchFunc(e.owners, owner, func(o owned, name string) int { return strings.Compare(o.owner, name) })
-	if !found {
+// own adds o, with version v, to the owners of e.
+func (b *Builder) own(e *entry, o *owner, v any) {
+	if e.first == nil {
+		b.touch(e)
+		e.first, e.val = o, v
+		b.setEffective(e)
 		return
 	}
-	e.owners = slices.Delete(e.owners, i, i+1)
-	if i == 0 {
-		b.setEffective(k, e.effective())
+	if equalObj(e.val, v) {
+		v = e.val // one copy of identical versions is enough
+	}
+	if e.more == nil {
+		e.more = &ownerList{}
+	}
+	if o.name > e.first.name {
+		e.more.insert(owned{o: o, val: v})
+		return
+	}
+	b.touch(e)
+	e.more.insert(owned{o: e.first, val: e.val})
+	changed := v != e.val
+	e.first, e.val = o, v
+	if changed {
+		b.setEffective(e)
 	}
 }
 
-// setEffective puts v, the effective version of k, into the merged ruleset.
-func (b *Builder) setEffective(k objKey, v any) {
-	switch k.kind {
+// update makes v the version of e of o, which already owns it.
+func (b *Builder) update(e *entry, o *owner, v any) {
+	if e.first != o {
+		if p := e.more.find(o.name); p != nil && !equalObj(p.val, v) {
+			p.val = v
+		}
+		return
+	}
+	if equalObj(e.val, v) {
+		return
+	}
+	b.touch(e)
+	e.val = v
+	b.setEffective(e)
+}
+
+// disown removes o from the owners of e.
+func (b *Builder) disown(e *entry, o *owner) {
+	if e.first != o {
+		e.more.remove(o.name)
+		return
+	}
+	b.touch(e)
+	if e.more == nil || e.more.len() == 0 {
+		e.first, e.val, e.more = nil, nil, nil
+		b.setEffective(e)
+		if b.fresh {
+			// There is no earlier version to compare with: drop the object now.
+			delete(e.tab.entries, e.name)
+		}
+		return
+	}
+	old := e.val
+	next := e.more.popFirst()
+	e.first, e.val = next.o, next.val
+	if e.val != old {
+		b.setEffective(e)
+	}
+}
+
+// setEffective puts the effective version of e (none when it has no owner left)
+// into the merged ruleset.
+func (b *Builder) setEffective(e *entry) {
+	t := e.tab
+	switch t.kind {
 	case kindChain:
-		if v == nil {
-			delete(b.rs.Chains, k.name)
+		if e.first == nil {
+			delete(b.rs.Chains, e.name)
 		} else {
-			b.rs.Chains[k.name] = v.(*Chain)
+			b.rs.Chains[e.name] = e.val.(*Chain)
 		}
 	case kindSet:
-		if v == nil {
-			delete(b.rs.Sets, k.name)
+		if e.first == nil {
+			delete(b.rs.Sets, e.name)
 		} else {
-			b.rs.Sets[k.name] = v.(*knftables.Set)
+			b.rs.Sets[e.name] = e.val.(*knftables.Set)
 		}
 	case kindMap:
-		if v == nil {
-			delete(b.rs.Maps, k.name)
+		if e.first == nil {
+			delete(b.rs.Maps, e.name)
 		} else {
-			b.rs.Maps[k.name] = v.(*knftables.Map)
+			b.rs.Maps[e.name] = e.val.(*knftables.Map)
 		}
 	case kindElement:
-		if v == nil {
-			if es := b.rs.Elements[k.container]; es != nil {
-				delete(es, k.name)
-				if len(es) == 0 {
-					delete(b.rs.Elements, k.container)
+		if e.first == nil {
+			if t.out != nil {
+				delete(t.out, e.name)
+				if len(t.out) == 0 {
+					delete(b.rs.Elements, t.name)
+					t.out = nil
 				}
 			}
-		} else {
-			b.rs.AddElement(v.(*knftables.Element))
+			return
 		}
+		if t.out == nil {
+			t.out = map[string]*knftables.Element{}
+			b.rs.Elements[t.name] = t.out
+		}
+		t.out[e.name] = e.val.(*knftables.Element)
 	}
 }
 
-// delta compares every object touched during the Update with its version before.
+// delta returns what the Update changed: every object it touched, compared with
+// its version before, or, after a first Update, the whole ruleset.
 func (b *Builder) delta() *Delta {
+	if b.fresh {
+		return wholeDelta(b.rs)
+	}
 	d := NewDelta()
-	for _, k := range b.touched {
-		e := b.objects[k]
-		old, cur := e.before, e.effective()
-		e.before = nil
-		if len(e.owners) == 0 {
-			delete(b.objects, k)
+	for _, t := range b.touched {
+		e := t.e
+		e.touched = false
+		old, cur := t.before, e.val
+		if e.first == nil {
+			delete(e.tab.entries, e.name)
 		}
-		if old == nil && cur == nil {
-			continue
+		if old == cur {
+			continue // both nil, or the very same version
 		}
-		switch k.kind {
+		switch e.tab.kind {
 		case kindChain:
 			o, n := asPtr[Chain](old), asPtr[Chain](cur)
 			if o == nil || n == nil || !sameChain(o, n) {
-				d.Chains[k.name] = Change[*Chain]{o, n}
+				d.Chains[e.name] = Change[*Chain]{o, n}
 			}
 		case kindSet:
 			o, n := asPtr[knftables.Set](old), asPtr[knftables.Set](cur)
-			if o == nil || n == nil || !reflect.DeepEqual(o, n) {
-				d.Sets[k.name] = Change[*knftables.Set]{o, n}
+			if o == nil || n == nil || !sameSet(o, n) {
+				d.Sets[e.name] = Change[*knftables.Set]{o, n}
 			}
 		case kindMap:
 			o, n := asPtr[knftables.Map](old), asPtr[knftables.Map](cur)
-			if o == nil || n == nil || !reflect.DeepEqual(o, n) {
-				d.Maps[k.name] = Change[*knftables.Map]{o, n}
+			if o == nil || n == nil || !sameMap(o, n) {
+				d.Maps[e.name] = Change[*knftables.Map]{o, n}
 			}
 		case kindElement:
 			o, n := asPtr[knftables.Element](old), asPtr[knftables.Element](cur)
 			if o == nil || n == nil || !sameElement(o, n) {
-				if d.Elements[k.container] == nil {
-					d.Elements[k.container] = map[string]Change[*knftables.Element]{}
+				c := e.tab.name
+				if d.Elements[c] == nil {
+					d.Elements[c] = map[string]Change[*knftables.Element]{}
 				}
-				d.Elements[k.container][k.name] = Change[*knftables.Element]{o, n}
+				d.Elements[c][e.name] = Change[*knftables.Element]{o, n}
 			}
 		}
 	}
+	clear(b.touched)
 	b.touched = b.touched[:0]
+	if cap(b.touched) > 1<<12 {
+		b.touched = nil // after an Update of everything: do not keep its size
+	}
+	return d
+}
+
+// wholeDelta returns the Delta that creates every object of r.
+func wholeDelta(r *Ruleset) *Delta {
+	d := &Delta{
+		Chains:   make(map[string]Change[*Chain], len(r.Chains)),
+		Sets:     make(map[string]Change[*knftables.Set], len(r.Sets)),
+		Maps:     make(map[string]Change[*knftables.Map], len(r.Maps)),
+		Elements: make(map[string]map[string]Change[*knftables.Element], len(r.Elements)),
+	}
+	for n, c := range r.Chains {
+		d.Chains[n] = Change[*Chain]{New: c}
+	}
+	for n, s := range r.Sets {
+		d.Sets[n] = Change[*knftables.Set]{New: s}
+	}
+	for n, m := range r.Maps {
+		d.Maps[n] = Change[*knftables.Map]{New: m}
+	}
+	for c, es := range r.Elements {
+		m := make(map[string]Change[*knftables.Element], len(es))
+		for k, e := range es {
+			m[k] = Change[*knftables.Element]{New: e}
+		}
+		d.Elements[c] = m
+	}
 	return d
 }
 

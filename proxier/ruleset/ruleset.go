@@ -4,7 +4,7 @@
 package ruleset
 
 import (
-	"sort"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/knftables"
@@ -64,14 +64,29 @@ func (r *Ruleset) AddChain(c knftables.Chain) *Chain {
 	return ch
 }
 
+// firstRule is the first rule of a chain and the array that lists it, allocated
+// together: most chains have one rule.
+type firstRule struct {
+	list [1]*knftables.Rule
+	rule knftables.Rule
+}
+
 // AddRule appends a rule to the named chain, which must exist.
 func (r *Ruleset) AddRule(chain, rule string, comment ...string) {
 	ch := r.Chains[chain]
-	kr := &knftables.Rule{Chain: chain, Rule: rule}
+	var kr *knftables.Rule
+	if cap(ch.Rules) == 0 {
+		fr := &firstRule{rule: knftables.Rule{Chain: chain, Rule: rule}}
+		kr = &fr.rule
+		fr.list[0] = kr
+		ch.Rules = fr.list[:]
+	} else {
+		kr = &knftables.Rule{Chain: chain, Rule: rule}
+		ch.Rules = append(ch.Rules, kr)
+	}
 	if len(comment) > 0 && comment[0] != "" {
 		kr.Comment = knftables.PtrTo(comment[0])
 	}
-	ch.Rules = append(ch.Rules, kr)
 }
 
 // AddSet adds a set definition.
@@ -83,10 +98,12 @@ func (r *Ruleset) AddMap(m *knftables.Map) { r.Maps[m.Name] = m }
 // AddElement adds (or replaces) an element of a set or map.
 func (r *Ruleset) AddElement(e *knftables.Element) {
 	c := Container(e)
-	if r.Elements[c] == nil {
-		r.Elements[c] = map[string]*knftables.Element{}
+	es := r.Elements[c]
+	if es == nil {
+		es = map[string]*knftables.Element{}
+		r.Elements[c] = es
 	}
-	r.Elements[c][ElementKey(e)] = e
+	es[ElementKey(e)] = e
 }
 
 // NumObjects returns the number of chains, rules, sets, maps and elements.
@@ -95,6 +112,15 @@ func (r *Ruleset) NumObjects() int {
 	for _, c := range r.Chains {
 		n += len(c.Rules)
 	}
+	for _, es := range r.Elements {
+		n += len(es)
+	}
+	return n
+}
+
+// numDefs returns the number of chains, sets, maps and elements (rules aside).
+func (r *Ruleset) numDefs() int {
+	n := len(r.Chains) + len(r.Sets) + len(r.Maps)
 	for _, es := range r.Elements {
 		n += len(es)
 	}
@@ -114,7 +140,8 @@ func (r *Ruleset) TableObject() *knftables.Table {
 // accepts: the table, chains, sets and maps first, then rules, then elements.
 func (r *Ruleset) AddTo(tx *knftables.Transaction) {
 	tx.Add(r.TableObject())
-	for _, name := range SortedKeys(r.Chains) {
+	chains := SortedKeys(r.Chains)
+	for _, name := range chains {
 		tx.Add(r.ChainObject(name))
 	}
 	for _, name := range SortedKeys(r.Sets) {
@@ -123,15 +150,51 @@ func (r *Ruleset) AddTo(tx *knftables.Transaction) {
 	for _, name := range SortedKeys(r.Maps) {
 		tx.Add(r.MapObject(name))
 	}
-	for _, name := range SortedKeys(r.Chains) {
-		r.AddRulesTo(tx, name)
+	// The qualified copies of the rules and elements, which the transaction keeps,
+	// are allocated together: a large table has hundreds of thousands.
+	n := 0
+	for _, name := range chains {
+		n += len(r.Chains[name].Rules)
 	}
-	for _, c := range SortedKeys(r.Elements) {
-		es := r.Elements[c]
-		for _, k := range SortedKeys(es) {
-			tx.Add(r.element(es[k]))
+	rules := make([]knftables.Rule, 0, n)
+	for _, name := range chains {
+		for _, rule := range r.Chains[name].Rules {
+			rules = append(rules, *rule)
+			kr := &rules[len(rules)-1]
+			kr.Family, kr.Table, kr.Chain = r.Family, r.Table, name
+			tx.Add(kr)
 		}
 	}
+	n = 0
+	for _, es := range r.Elements {
+		n += len(es)
+	}
+	elems := make([]knftables.Element, 0, n)
+	var sorted []keyed[*knftables.Element]
+	for _, c := range SortedKeys(r.Elements) {
+		sorted = sortedEntries(r.Elements[c], sorted[:0])
+		for _, ke := range sorted {
+			elems = append(elems, *ke.v)
+			e := &elems[len(elems)-1]
+			e.Family, e.Table = r.Family, r.Table
+			tx.Add(e)
+		}
+	}
+}
+
+// keyed is an entry of a map.
+type keyed[V any] struct {
+	k string
+	v V
+}
+
+// sortedEntries appends the entries of m to buf, sorted by key.
+func sortedEntries[V any](m map[string]V, buf []keyed[V]) []keyed[V] {
+	for k, v := range m {
+		buf = append(buf, keyed[V]{k, v})
+	}
+	slices.SortFunc(buf, func(a, b keyed[V]) int { return strings.Compare(a.k, b.k) })
+	return buf
 }
 
 // ChainObject returns the named chain, qualified with the ruleset's family and table.
@@ -179,6 +242,6 @@ func SortedKeys[V any](m map[string]V) []string {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	return keys
 }
