@@ -27,9 +27,6 @@ func TestPortID(t *testing.T) {
 	}
 }
 
-// TestNameHash pins the hash to values computed independently (Python's
-// base64.b32encode(hashlib.sha256(id).digest())[:8]): chain names must not change
-// between releases, or an upgrade would rebuild every per-Service chain.
 func TestElementComment(t *testing.T) {
 	if got := *elementComment("default/web/tcp/http"); got != "default/web/tcp/http" {
 		t.Errorf("elementComment kept %q", got)
