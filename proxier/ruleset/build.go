@@ -169,16 +169,12 @@ func (b *builder) familyEndpoints(eps []state.Endpoint) []state.Endpoint {
 	return out
 }
 
-// addHairpin adds the usable endpoints of sp that may run on this node to the
-// hairpin set. Only a pod on this node can reach itself through this node's
-// ruleset, so endpoints of other nodes are left out, which keeps the set to the
-// node's own pods; an endpoint without a node name might be anywhere and is kept.
+// addHairpin adds every usable endpoint of sp to the hairpin set. Endpoints of other
+// nodes count too: a pod whose node does not proxy (or routes Service traffic through
+// this node) may reach itself through this node's ruleset.
 func (b *builder) addHairpin(sp *servicePort) {
 	for _, eps := range [][]state.Endpoint{sp.sel.Cluster, sp.sel.Local} {
 		for _, e := range eps {
-			if e.NodeName != "" && e.NodeName != b.node.Name {
-				continue
-			}
 			a := addrString(e.Address)
 			b.rs.AddElement(&knftables.Element{Set: SetHairpin, Key: []string{a, a}})
 		}
