@@ -2,10 +2,7 @@ package syncer
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -14,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
-	"github.com/nftproxy/nftproxy/e2e/lab"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -24,21 +20,7 @@ import (
 // their endpoint, keep the Service's timeout, and that a restarted Syncer fixes the
 // records a previous one left; records of other frontends stay.
 func TestKernelAffinityMoves(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: syncs into a new network namespace")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft")
-	}
-	ns, err := lab.NewNS(fmt.Sprintf("%saffinity-%d", lab.NamePrefix, os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, nft := kernelNFT(t, "affinity")
 	ctx := context.Background()
 
 	name := state.ServiceName{Namespace: "ns", Name: "sticky"}

@@ -22,21 +22,7 @@ import (
 // chains and maps (an endpoint count not yet in use) — must apply incrementally,
 // and the kernel's table must then hold what a fresh build holds.
 func TestKernelIncrementalSyncs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: syncs into a new network namespace")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft")
-	}
-	ns, err := lab.NewNS(fmt.Sprintf("%ssyncer-%d", lab.NamePrefix, os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nft := kernelNFT(t, "syncer")
 	ctx := context.Background()
 	st := cluster(30)
 	s := New(nft)
@@ -96,21 +82,7 @@ func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 // holds what the ruleset holds — keys, values and comments — and the affinity record
 // survives the second full sync.
 func TestKernelGroupedFullSync(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: syncs into a new network namespace")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("needs nft")
-	}
-	ns, err := lab.NewNS(fmt.Sprintf("%sgroup-%d", lab.NamePrefix, os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table, knftables.NoObjectCommentEmulation)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nft := kernelNFT(t, "group", knftables.NoObjectCommentEmulation)
 	ctx := context.Background()
 	rs := ruleset.Build(cluster(60), testConfig, knftables.IPv4Family)
 	// The unit tests of grouping take the text of a Fake's transactions for that of
@@ -207,27 +179,13 @@ func checkKernelTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset
 //
 //	go test ./proxier/syncer -run '^$' -bench KernelFullSync -benchtime 3x
 func BenchmarkKernelFullSync(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root: syncs into a new network namespace")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		b.Skip("needs nft")
-	}
 	n := 50000
 	if v := os.Getenv("NFTPROXY_BENCH_SERVICES"); v != "" {
 		if _, err := fmt.Sscan(v, &n); err != nil {
 			b.Fatalf("NFTPROXY_BENCH_SERVICES=%q: %v", v, err)
 		}
 	}
-	ns, err := lab.NewNS(fmt.Sprintf("%sbench-%d", lab.NamePrefix, os.Getpid()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ns.Close() })
-	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table)
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, nft := kernelNFT(b, "bench")
 	ctx := context.Background()
 	rs := ruleset.Build(cluster(n), testConfig, knftables.IPv4Family)
 	elements := 0
@@ -260,4 +218,27 @@ func BenchmarkKernelFullSync(b *testing.B) {
 			})
 		}
 	}
+}
+
+// kernelNFT returns a knftables.Interface on testConfig's table (IPv4) in a new
+// network namespace named after name, which tb's cleanup removes. It skips tb unless
+// it runs as root with nft installed.
+func kernelNFT(tb testing.TB, name string, opts ...knftables.Option) (*lab.NS, knftables.Interface) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root: syncs into a new network namespace")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		tb.Skip("needs nft")
+	}
+	ns, err := lab.NewNS(fmt.Sprintf("%s%s-%d", lab.NamePrefix, name, os.Getpid()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ns.Close() })
+	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ns, nft
 }
