@@ -75,13 +75,8 @@ func (rt *Runtime) PutElements(tableID, name string, t *Taken, timeout time.Dura
 // namedSet returns set name of table tableID in the loaded program.
 func (rt *Runtime) namedSet(tableID, name string) (*setDef, error) {
 	for _, t := range rt.prog.tables {
-		if t.id() != tableID {
-			continue
-		}
-		for _, s := range t.setL {
-			if s.name == name {
-				return s, nil
-			}
+		if s := t.sets[name]; s != nil && t.id() == tableID {
+			return s, nil
 		}
 	}
 	return nil, fmt.Errorf("no set %s in table %s", name, tableID)

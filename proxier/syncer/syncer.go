@@ -371,7 +371,7 @@ func groupElements(b *strings.Builder, rs *ruleset.Ruleset, es map[string]*knfta
 		writeElement(b, es[k])
 		b.WriteString(", ")
 	}
-	b.WriteString(strings.Join(last.Key, " . "))
+	b.WriteString(ruleset.ElementKey(last))
 	last.Key = []string{b.String()}
 	return last
 }
@@ -379,23 +379,13 @@ func groupElements(b *strings.Builder, rs *ruleset.Ruleset, es map[string]*knfta
 // writeElement writes e as knftables's Element.writeOperation writes it between
 // the braces of an "add element" command.
 func writeElement(b *strings.Builder, e *knftables.Element) {
-	writeJoined(b, e.Key)
+	b.WriteString(ruleset.ElementKey(e))
 	if e.Comment != nil {
 		fmt.Fprintf(b, " comment %q", *e.Comment)
 	}
 	if len(e.Value) != 0 {
 		b.WriteString(" : ")
-		writeJoined(b, e.Value)
-	}
-}
-
-// writeJoined writes parts joined with " . ", as strings.Join(parts, " . ").
-func writeJoined(b *strings.Builder, parts []string) {
-	for i, p := range parts {
-		if i > 0 {
-			b.WriteString(" . ")
-		}
-		b.WriteString(p)
+		b.WriteString(strings.Join(e.Value, " . "))
 	}
 }
 
