@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func (b *builder) affinityChain(sp *servicePort, k *frontendKind, key []string, 
 		m := b.affinityBackends(k, i, local, secs)
 		b.rs.AddElement(&knftables.Element{
 			Map:   AffinityMapPrefix + b.backendsName(k, i, local),
-			Key:   append([]string(nil), key...),
+			Key:   slices.Clone(key),
 			Value: []string{addrString(e.Address), itoa(e.Port)},
 		})
 		branches[i] = m
