@@ -158,6 +158,26 @@ func element(t *testing.T, f *flakyNFT, m string, key ...string) *knftables.Elem
 	return fm.FindElement(key...)
 }
 
+// dispatch returns the verdict dispatch chain c of f's table gives the frontend key
+// (the verdict of the class set that holds it), or "" when none does.
+func dispatch(t *testing.T, f *flakyNFT, c string, key ...string) string {
+	t.Helper()
+	f.RLock()
+	defer f.RUnlock()
+	if f.Table == nil {
+		t.Fatalf("table %s does not exist", testTable)
+	}
+	if f.Table.Chains[c] == nil {
+		t.Fatalf("chain %s does not exist", c)
+	}
+	for name, set := range f.Table.Sets {
+		if chain, verdict, ok := ruleset.ClassOf(name); ok && chain == c && set.FindElement(key...) != nil {
+			return verdict
+		}
+	}
+	return ""
+}
+
 func lastTransaction(f *flakyNFT) string {
 	f.RLock()
 	defer f.RUnlock()

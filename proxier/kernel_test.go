@@ -134,12 +134,12 @@ func inNetns() error {
 	if err := p.Sync(ctx); err != nil {
 		return fmt.Errorf("incremental sync adding chain dnat-3: %w", err)
 	}
-	els, err := nft.ListElements(ctx, "map", "service-ips")
+	els, err := nft.ListElements(ctx, "set", ruleset.ClassSet(ruleset.ChainServiceIPs, "goto dnat-3"))
 	if err != nil {
 		return err
 	}
 	if !slices.ContainsFunc(els, func(e *knftables.Element) bool { return e.Key[0] == "172.30.0.60" }) {
-		return fmt.Errorf("service-ips lacks the new Service: %v", els)
+		return fmt.Errorf("service-ips-to-dnat-3 lacks the new Service: %v", els)
 	}
 
 	if err := Cleanup(ctx, DefaultNewNFT, table); err != nil {

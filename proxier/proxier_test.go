@@ -25,12 +25,8 @@ func TestSyncProgramsServiceIPs(t *testing.T) {
 	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a"), ep("10.2.0.6", "node-b")))
 	mustSync(t, p)
 
-	e := element(t, fs[knftables.IPv4Family], "service-ips", keyOf("172.30.0.10", "tcp", 80)...)
-	if e == nil {
-		t.Fatalf("service-ips has no element for 172.30.0.10 . tcp . 80:\n%s", fs[knftables.IPv4Family].Dump())
-	}
-	if got := strings.Join(e.Value, " "); got != "goto dnat-2" {
-		t.Errorf("service-ips verdict = %q, want goto dnat-2", got)
+	if got := dispatch(t, fs[knftables.IPv4Family], "service-ips", keyOf("172.30.0.10", "tcp", 80)...); got != "goto dnat-2" {
+		t.Errorf("service-ips verdict for 172.30.0.10 . tcp . 80 = %q, want goto dnat-2:\n%s", got, fs[knftables.IPv4Family].Dump())
 	}
 	if fs[knftables.IPv6Family].Table == nil {
 		t.Errorf("the ip6 table was not created")
@@ -66,14 +62,15 @@ func TestChangeIsAnIncrementalTransaction(t *testing.T) {
 	}
 	for _, want := range []string{
 		"add element ip " + testTable + " backends-1 { 172.30.0.10 . tcp . 80 : 10.2.0.6 . 8080 }",
-		"goto dnat-2",
+		"add element ip " + testTable + " service-ips-to-dnat-2 { 172.30.0.10 . tcp . 80",
+		"delete set ip " + testTable + " service-ips-to-dnat-1",
 	} {
 		if !strings.Contains(tx, want) {
 			t.Errorf("incremental transaction lacks %q:\n%s", want, tx)
 		}
 	}
-	if e := element(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...); e == nil || e.Value[0] != "goto dnat-2" {
-		t.Errorf("service-ips element after the change = %v", e)
+	if got := dispatch(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...); got != "goto dnat-2" {
+		t.Errorf("service-ips verdict after the change = %q, want goto dnat-2", got)
 	}
 	if n := histogramCount(t, p, "nftproxy_sync_proxy_rules_duration_seconds", `type="partial"`); n != 1 {
 		t.Errorf("partial sync count = %d, want 1", n)
@@ -96,7 +93,7 @@ func TestInvalidObjectIsReportedAndTheRestServed(t *testing.T) {
 	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a")))
 	mustSync(t, p)
 
-	if element(t, fs[knftables.IPv4Family], "service-ips", keyOf("172.30.0.10", "tcp", 80)...) == nil {
+	if dispatch(t, fs[knftables.IPv4Family], "service-ips", keyOf("172.30.0.10", "tcp", 80)...) == "" {
 		t.Errorf("the valid Service is not served next to an invalid one")
 	}
 	errs := p.Tracker().Errors()
@@ -144,7 +141,7 @@ func TestFailedSyncIsRetriedInFull(t *testing.T) {
 	if tx := lastTransaction(v4); !strings.Contains(tx, "add table") {
 		t.Errorf("the retry after a failure was not a full sync:\n%s", tx)
 	}
-	if element(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...) == nil {
+	if dispatch(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...) == "" {
 		t.Errorf("the retried sync did not apply the change")
 	}
 	if !hz.Healthy() {
@@ -159,20 +156,20 @@ func TestFullSyncRepairsDrift(t *testing.T) {
 	mustSync(t, p)
 	v4 := fs[knftables.IPv4Family]
 
-	// Someone flushes our map behind our back.
+	// Someone flushes our set behind our back.
 	tx := v4.NewTransaction()
-	tx.Flush(&knftables.Map{Name: "service-ips"})
+	tx.Flush(&knftables.Set{Name: "service-ips-to-dnat-1"})
 	if err := v4.Fake.Run(context.Background(), tx); err != nil {
 		t.Fatal(err)
 	}
 	mustSync(t, p) // nothing changed as far as the proxier knows
-	if element(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...) != nil {
+	if dispatch(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...) != "" {
 		t.Fatalf("test is broken: a partial sync without changes repaired drift")
 	}
 	if err := p.SyncMode(context.Background(), true); err != nil {
 		t.Fatal(err)
 	}
-	if element(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...) == nil {
+	if dispatch(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...) == "" {
 		t.Errorf("the full sync did not restore the flushed element")
 	}
 }

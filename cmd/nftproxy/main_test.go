@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
 // fakeTables opens knftables Fakes and keeps them by family.
@@ -49,7 +51,8 @@ func (f *fakeTables) get(family knftables.Family) *knftables.Fake {
 	return f.m[family]
 }
 
-// hasServiceIP reports whether the family's Fake has a service-ips element for key.
+// hasServiceIP reports whether the family's Fake dispatches key in chain service-ips
+// (has it in one of the chain's class sets).
 func (f *fakeTables) hasServiceIP(family knftables.Family, key ...string) bool {
 	fk := f.get(family)
 	if fk == nil {
@@ -57,10 +60,15 @@ func (f *fakeTables) hasServiceIP(family knftables.Family, key ...string) bool {
 	}
 	fk.RLock()
 	defer fk.RUnlock()
-	if fk.Table == nil || fk.Table.Maps["service-ips"] == nil {
+	if fk.Table == nil {
 		return false
 	}
-	return fk.Table.Maps["service-ips"].FindElement(key...) != nil
+	for name, set := range fk.Table.Sets {
+		if c, _, ok := ruleset.ClassOf(name); ok && c == ruleset.ChainServiceIPs && set.FindElement(key...) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func TestCleanupFlagRemovesBothTables(t *testing.T) {

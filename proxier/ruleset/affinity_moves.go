@@ -113,20 +113,16 @@ func affinityMapIndex(name string) (string, int, bool) {
 }
 
 // affinitySeconds returns the affinity timeout, in seconds, of the Service that
-// dispatches frontend (an element key of the dispatch maps) in r, read from the name
-// of the affinity chain its dispatch element goes to ("goto affinity-dnat-3-10800"),
-// or "" when no dispatch element of r sends it to an affinity chain.
+// dispatches frontend (an element key of the class sets) in r, read from the name of
+// the affinity chain its class set goes to ("affinity-dnat-3-10800"), or "" when no
+// class set of r sends it to an affinity chain.
 func (r *Ruleset) affinitySeconds(frontend string, nodePort bool) string {
-	maps := []string{MapServiceIPs, MapETPCluster, MapETPLocal}
-	if nodePort {
-		maps = []string{MapServiceNodePorts, MapNodePortETPCluster, MapNodePortETPLocal}
-	}
-	for _, m := range maps {
-		e := r.Elements[m][frontend]
-		if e == nil || len(e.Value) != 1 {
+	for set, es := range r.Elements {
+		c, verdict, ok := ClassOf(set)
+		if !ok || dispatchChains[c] != nodePort || es[frontend] == nil {
 			continue
 		}
-		chain, ok := strings.CutPrefix(e.Value[0], "goto "+AffinityMapPrefix)
+		chain, ok := strings.CutPrefix(verdict, "goto "+AffinityMapPrefix)
 		if !ok {
 			continue
 		}

@@ -28,21 +28,26 @@ const (
 	ChainClusterIPsCheck        = "cluster-ips-check"
 	ChainReject                 = "reject-chain"
 
-	SetClusterIPs          = "cluster-ips"
-	SetNodePortIPs         = "nodeport-ips"
-	SetHairpin             = "hairpin"
-	SetExternalMasq        = "external-masq"
-	SetNodePortMasq        = "nodeport-masq"
-	MapServiceIPs          = "service-ips"
-	MapServiceNodePorts    = "service-nodeports"
-	MapETPCluster          = "etp-cluster"
-	MapETPLocal            = "etp-local"
-	MapNodePortETPCluster  = "nodeport-etp-cluster"
-	MapNodePortETPLocal    = "nodeport-etp-local"
-	MapNoEndpointServices  = "no-endpoint-services"
-	MapNoEndpointNodePorts = "no-endpoint-nodeports"
-	SetFirewallIPs         = "firewall-ips"
-	SetFirewallAllow       = "firewall-allow"
+	// The dispatch chains: each sends the frontends of one kind to their verdicts,
+	// one rule per verdict in use, matching the frontend against the class set of
+	// the verdict (ClassSet). The frontends are elements of those sets, so that a
+	// Service change is element operations on plain sets, never on a verdict map.
+	ChainServiceIPs                = "service-ips"
+	ChainServiceNodePorts          = "service-nodeports"
+	ChainETPCluster                = "etp-cluster"
+	ChainETPLocalEndpoints         = "etp-local-endpoints"
+	ChainNodePortETPCluster        = "nodeport-etp-cluster"
+	ChainNodePortETPLocalEndpoints = "nodeport-etp-local-endpoints"
+	ChainNoEndpointServices        = "no-endpoint-services"
+	ChainNoEndpointNodePorts       = "no-endpoint-nodeports"
+
+	SetClusterIPs    = "cluster-ips"
+	SetNodePortIPs   = "nodeport-ips"
+	SetHairpin       = "hairpin"
+	SetExternalMasq  = "external-masq"
+	SetNodePortMasq  = "nodeport-masq"
+	SetFirewallIPs   = "firewall-ips"
+	SetFirewallAllow = "firewall-allow"
 	// The backends maps are per endpoint index: backends-0, backends-1, ...
 	MapBackends              = "backends-"
 	MapLocalBackends         = "local-backends-"
@@ -117,7 +122,8 @@ func (b *builder) addBaseChains() {
 	}
 }
 
-// addSetsAndMaps declares every shared set and map.
+// addSetsAndMaps declares every shared set. (The maps of the layout are per
+// endpoint index, and the class sets per verdict: both are added on first use.)
 func (b *builder) addSetsAndMaps() {
 	a := b.fam.addrType
 	svcKey := a + " . inet_proto . inet_service"
@@ -135,18 +141,6 @@ func (b *builder) addSetsAndMaps() {
 	// The source ranges of each LoadBalancer frontend with loadBalancerSourceRanges:
 	// frontend . range, the range an interval in the last field.
 	b.rs.AddSet(&knftables.Set{Name: SetFirewallAllow, Type: svcKey + " . " + a, Flags: []knftables.SetFlag{knftables.IntervalFlag}})
-	for name, typ := range map[string]string{
-		MapServiceIPs:          svcKey + " : verdict",
-		MapETPCluster:          svcKey + " : verdict",
-		MapETPLocal:            svcKey + " : verdict",
-		MapNoEndpointServices:  svcKey + " : verdict",
-		MapServiceNodePorts:    npKey + " : verdict",
-		MapNodePortETPCluster:  npKey + " : verdict",
-		MapNodePortETPLocal:    npKey + " : verdict",
-		MapNoEndpointNodePorts: npKey + " : verdict",
-	} {
-		b.rs.AddMap(&knftables.Map{Name: name, Type: typ})
-	}
 }
 
 // addSharedChains adds the regular chains whose rules do not depend on Services.
@@ -155,10 +149,9 @@ func (b *builder) addSetsAndMaps() {
 func (b *builder) addSharedChains() {
 	ip := b.fam.ip
 	svcKey := ip + " daddr . meta l4proto . th dport"
-	npMatch := ip + " daddr @" + SetNodePortIPs + " meta l4proto . th dport"
 
-	b.chain(ChainServiceEndpointsCheck, svcKey+" vmap @"+MapNoEndpointServices)
-	b.chain(ChainNodePortEndpointsCheck, npMatch+" vmap @"+MapNoEndpointNodePorts)
+	b.chain(ChainServiceEndpointsCheck, "jump "+ChainNoEndpointServices)
+	b.chain(ChainNodePortEndpointsCheck, ip+" daddr @"+SetNodePortIPs+" jump "+ChainNoEndpointNodePorts)
 	b.chain(ChainFirewallCheck, svcKey+" @"+SetFirewallIPs+" "+svcKey+" . "+ip+" saddr != @"+SetFirewallAllow+" drop")
 	b.chain(ChainReject, "reject")
 

@@ -34,6 +34,8 @@ type Builder struct {
 	// fragment of each Service that has one.
 	base *owner
 	svcs map[state.ServiceName]*owner
+	// dispatch owns the dispatch chains, derived from the merged class sets.
+	dispatch *owner
 	// The index of every object of the table, by kind (elements by container): the
 	// owners of each and their versions of it.
 	chains, sets, maps *objTable
@@ -252,6 +254,7 @@ func NewBuilder(cfg Config, family knftables.Family) *Builder {
 // with later Updates; callers must not modify it.
 func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*Ruleset, *Delta) {
 	if b.base == nil && changed == nil && b.firstBuild(st) {
+		b.settleDispatch()
 		d := b.delta()
 		b.fresh = false
 		return b.rs, d
@@ -297,9 +300,19 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 		clear(b.dirty)
 	}
 	b.dirty = nil
+	b.settleDispatch()
 	d := b.delta()
 	b.fresh = false
 	return b.rs, d
+}
+
+// settleDispatch brings the dispatch chains in line with the class sets the
+// fragments left in the ruleset.
+func (b *Builder) settleDispatch() {
+	if b.dispatch == nil {
+		b.dispatch = &owner{}
+	}
+	b.replace(b.dispatch, dispatchChainsOf(b.rs))
 }
 
 func sortNames(ns []state.ServiceName) {

@@ -31,14 +31,14 @@ type frontendKind struct {
 
 var (
 	addressFrontends = frontendKind{
-		dispatch: MapServiceIPs, noEndpoints: MapNoEndpointServices, masq: SetExternalMasq,
-		etpChain: ChainETPLocal, etpCluster: MapETPCluster, etpLocal: MapETPLocal,
+		dispatch: ChainServiceIPs, noEndpoints: ChainNoEndpointServices, masq: SetExternalMasq,
+		etpChain: ChainETPLocal, etpCluster: ChainETPCluster, etpLocal: ChainETPLocalEndpoints,
 		backends: MapBackends, localBackends: MapLocalBackends,
 		dnatPrefix: "dnat-", byAddress: true,
 	}
 	nodePortFrontends = frontendKind{
-		dispatch: MapServiceNodePorts, noEndpoints: MapNoEndpointNodePorts, masq: SetNodePortMasq,
-		etpChain: ChainNodePortETPLocal, etpCluster: MapNodePortETPCluster, etpLocal: MapNodePortETPLocal,
+		dispatch: ChainServiceNodePorts, noEndpoints: ChainNoEndpointNodePorts, masq: SetNodePortMasq,
+		etpChain: ChainNodePortETPLocal, etpCluster: ChainNodePortETPCluster, etpLocal: ChainNodePortETPLocalEndpoints,
 		backends: MapNodePortBackends, localBackends: MapNodePortLocalBackends,
 		dnatPrefix: "nodeport-dnat-",
 	}
@@ -51,15 +51,14 @@ var (
 // only goes to this node's endpoints, keeping the client's source address.
 func (b *builder) addETPLocalChains() {
 	for _, k := range []*frontendKind{&addressFrontends, &nodePortFrontends} {
-		key := b.keyExpr(k)
 		var rules []string
 		if pod, ok := b.podTraffic(false); ok {
-			rules = append(rules, pod+" "+key+" vmap @"+k.etpCluster)
+			rules = append(rules, pod+" jump "+k.etpCluster)
 		}
 		rules = append(rules,
 			"fib saddr type local jump "+ChainMarkForMasquerade,
-			"fib saddr type local "+key+" vmap @"+k.etpCluster,
-			key+" vmap @"+k.etpLocal,
+			"fib saddr type local jump "+k.etpCluster,
+			"jump "+k.etpLocal,
 		)
 		b.chain(k.etpChain, rules...)
 	}
@@ -236,9 +235,83 @@ func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
 	return name
 }
 
-// dispatchElement adds a verdict-map element, commented with its Service port.
-func (b *builder) dispatchElement(m string, key []string, verdict string, sp *servicePort) {
-	b.rs.AddElement(&knftables.Element{Map: m, Key: slices.Clone(key), Value: []string{verdict}, Comment: elementComment(sp.id)})
+// dispatchElement sends frontend key to verdict in dispatch chain c: it adds the key
+// to the class set of that verdict, commented with its Service port, adding the set
+// on first use. dispatchChainsOf then gives c a rule for the set.
+func (b *builder) dispatchElement(c string, key []string, verdict string, sp *servicePort) {
+	name := ClassSet(c, verdict)
+	if _, ok := b.rs.Sets[name]; !ok {
+		typ := "inet_proto . inet_service"
+		if !dispatchChains[c] {
+			typ = b.fam.addrType + " . " + typ
+		}
+		b.rs.AddSet(&knftables.Set{Name: name, Type: typ})
+	}
+	b.rs.AddElement(&knftables.Element{Set: name, Key: slices.Clone(key), Comment: elementComment(sp.id)})
+}
+
+// dispatchChains are the dispatch chains, each true when it dispatches node ports
+// (keyed proto . port) rather than address frontends (address . proto . port).
+var dispatchChains = map[string]bool{
+	ChainServiceIPs:                false,
+	ChainETPCluster:                false,
+	ChainETPLocalEndpoints:         false,
+	ChainNoEndpointServices:        false,
+	ChainServiceNodePorts:          true,
+	ChainNodePortETPCluster:        true,
+	ChainNodePortETPLocalEndpoints: true,
+	ChainNoEndpointNodePorts:       true,
+}
+
+// classSep joins a dispatch chain and the target of a verdict into a class set name.
+const classSep = "-to-"
+
+// ClassSet returns the name of the class set that holds the frontends dispatch chain
+// c sends to verdict ("goto dnat-3" or "drop"): service-ips-to-dnat-3,
+// no-endpoint-services-to-drop.
+func ClassSet(c, verdict string) string {
+	return c + classSep + strings.TrimPrefix(verdict, "goto ")
+}
+
+// ClassOf splits the name of a class set into its dispatch chain and verdict; ok is
+// false when set is not a class set.
+func ClassOf(set string) (chain, verdict string, ok bool) {
+	chain, target, ok := strings.Cut(set, classSep)
+	if !ok || target == "" {
+		return "", "", false
+	}
+	if _, ok := dispatchChains[chain]; !ok {
+		return "", "", false
+	}
+	if target == verdictDrop {
+		return chain, verdictDrop, true
+	}
+	return chain, "goto " + target, true
+}
+
+// dispatchChainsOf returns the dispatch chains of rs, derived from its class sets:
+// each chain matches the destination against each of its class sets in name order
+// and issues the set's verdict. A frontend is in at most one class set of a chain.
+// The chains do not belong to any Service: Build and the Builder add them once the
+// Services' fragments are merged.
+func dispatchChainsOf(rs *Ruleset) *Ruleset {
+	out := New(rs.Family, rs.Table)
+	ip := newFamilyInfo(rs.Family).ip
+	for c := range dispatchChains {
+		out.AddChain(knftables.Chain{Name: c})
+	}
+	for _, s := range SortedKeys(rs.Sets) {
+		c, verdict, ok := ClassOf(s)
+		if !ok {
+			continue
+		}
+		key := "meta l4proto . th dport"
+		if !dispatchChains[c] {
+			key = ip + " daddr . " + key
+		}
+		out.AddRule(c, key+" @"+s+" "+verdict)
+	}
+	return out
 }
 
 func itoa(n uint16) string { return strconv.Itoa(int(n)) }

@@ -358,6 +358,7 @@ func buildFresh(st *state.ClusterState, cfg Config, family knftables.Family) *Ru
 	if !ok {
 		return nil
 	}
+	mergeFragment(rs, dispatchChainsOf(rs))
 	return rs
 }
 

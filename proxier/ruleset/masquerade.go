@@ -48,8 +48,8 @@ func (b *builder) addServicesChain() {
 		// whose reply must come back through this one.
 		ip+" daddr . meta l4proto . th dport @"+SetExternalMasq+" jump "+ChainMarkForMasquerade,
 		ip+" daddr @"+SetNodePortIPs+" meta l4proto . th dport @"+SetNodePortMasq+" jump "+ChainMarkForMasquerade,
-		ip+" daddr . meta l4proto . th dport vmap @"+MapServiceIPs,
-		ip+" daddr @"+SetNodePortIPs+" meta l4proto . th dport vmap @"+MapServiceNodePorts,
+		"jump "+ChainServiceIPs,
+		ip+" daddr @"+SetNodePortIPs+" jump "+ChainServiceNodePorts,
 	)
 	b.chain(ChainServices, rules...)
 }

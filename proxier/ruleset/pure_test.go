@@ -3,6 +3,7 @@ package ruleset
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,16 +187,25 @@ func TestBuildFamilySeparation(t *testing.T) {
 }
 
 // TestDNATChainsOnlyForCountsInUse checks that a dnat-N chain exists exactly when
-// some dispatch element sends traffic to it.
+// some class set with elements sends traffic to it, and that every class set has
+// elements and its rule in its dispatch chain.
 func TestDNATChainsOnlyForCountsInUse(t *testing.T) {
 	st, cfg := everything(t)
 	for f, rs := range BuildAll(st, cfg) {
 		used := map[string]bool{}
-		for _, es := range rs.Elements {
-			for _, e := range es {
-				if len(e.Value) == 1 && strings.HasPrefix(e.Value[0], "goto ") {
-					used[strings.TrimPrefix(e.Value[0], "goto ")] = true
-				}
+		for set := range rs.Sets {
+			c, verdict, ok := ClassOf(set)
+			if !ok {
+				continue
+			}
+			if len(rs.Elements[set]) == 0 {
+				t.Errorf("%s: class set %s has no element", f, set)
+			}
+			if !slices.ContainsFunc(rs.Chains[c].Rules, func(r *knftables.Rule) bool { return strings.Contains(r.Rule, "@"+set+" "+verdict) }) {
+				t.Errorf("%s: dispatch chain %s has no rule for %s", f, c, set)
+			}
+			if target, ok := strings.CutPrefix(verdict, "goto "); ok {
+				used[target] = true
 			}
 		}
 		for name := range rs.Chains {

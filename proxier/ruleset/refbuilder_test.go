@@ -32,6 +32,8 @@ type refBuilder struct {
 	node  state.Node
 	base  *Ruleset
 	frags map[state.ServiceName]*Ruleset
+	// dispatch holds the dispatch chains derived from the merged class sets.
+	dispatch *Ruleset
 	// objects holds, per object, the fragments that have it.
 	objects map[refObjKey]*refEntry
 	claims  map[string][]refClaimant
@@ -149,6 +151,9 @@ func (b *refBuilder) Update(st *state.ClusterState, changed map[state.ServiceNam
 		}
 		clear(b.dirty)
 	}
+	dispatch := dispatchChainsOf(b.rs)
+	b.replace("", b.dispatch, dispatch)
+	b.dispatch = dispatch
 	return b.rs, b.delta()
 }
 

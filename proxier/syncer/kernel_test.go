@@ -61,14 +61,19 @@ func TestKernelIncrementalSyncs(t *testing.T) {
 			t.Errorf("kernel %ss = %v; want %v", kind, sorted(got), sorted(want))
 		}
 	}
-	for _, m := range []string{ruleset.MapServiceIPs, ruleset.MapBackends + "0", ruleset.MapBackends + "8"} {
-		want, _ := f.ListElements(ctx, "map", m)
-		got, err := nft.ListElements(ctx, "map", m)
+	for _, c := range []struct{ kind, name string }{
+		{"set", ruleset.ClassSet(ruleset.ChainServiceIPs, "goto dnat-1")},
+		{"set", ruleset.SetClusterIPs},
+		{"map", ruleset.MapBackends + "0"},
+		{"map", ruleset.MapBackends + "8"},
+	} {
+		want, _ := f.ListElements(ctx, c.kind, c.name)
+		got, err := nft.ListElements(ctx, c.kind, c.name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(want) != len(got) {
-			t.Errorf("kernel map %s has %d elements; want %d", m, len(got), len(want))
+		if len(want) != len(got) || len(want) == 0 {
+			t.Errorf("kernel %s %s has %d elements; want %d (and some)", c.kind, c.name, len(got), len(want))
 		}
 	}
 }
@@ -96,8 +101,8 @@ func TestKernelGroupedFullSync(t *testing.T) {
 	if res, err := s.Sync(ctx, rs); err != nil || !res.Full {
 		t.Fatalf("first sync: %+v, %v; want a full sync", res, err)
 	}
-	if n := len(rs.Elements[ruleset.MapServiceIPs]); n <= 7 {
-		t.Fatalf("map %s has %d elements; want more than one command's worth", ruleset.MapServiceIPs, n)
+	if n := len(rs.Elements[ruleset.SetClusterIPs]); n <= 7 {
+		t.Fatalf("set %s has %d elements; want more than one command's worth", ruleset.SetClusterIPs, n)
 	}
 	checkKernelTable(t, nft, rs, nil)
 
