@@ -214,6 +214,9 @@ func unionKeys[V any](a, b map[string]V) []string {
 // sameChain, sameSet, sameMap and sameElement report whether two versions of an
 // object are deeply equal. They try the equal* functions of equal.go first, which
 // are exact when they say yes and far cheaper than reflection.
+// SameChain reports whether two versions of a chain are alike: definition and rules.
+func SameChain(a, b *Chain) bool { return sameChain(a, b) }
+
 func sameChain(a, b *Chain) bool {
 	if equalChain(a, b) {
 		return true

@@ -263,6 +263,13 @@ var dispatchChains = map[string]bool{
 	ChainNoEndpointNodePorts:       true,
 }
 
+// IsDispatchChain reports whether name is a dispatch chain: its rules, one per class
+// set, are disjoint, so their order does not matter.
+func IsDispatchChain(name string) bool {
+	_, ok := dispatchChains[name]
+	return ok
+}
+
 // classSep joins a dispatch chain and the target of a verdict into a class set name.
 const classSep = "-to-"
 

@@ -27,7 +27,7 @@ func BenchmarkIncrementalUpdate(b *testing.B) {
 				setEndpoints(st, name, 10, 2+i%2)
 				rs, d := bld.Update(st, map[state.ServiceName]bool{name: true})
 				tx := f.NewTransaction()
-				applyDelta(tx, rs, d)
+				applyDelta(tx, rs, d, nil)
 				ops = tx.NumOperations()
 			}
 			b.ReportMetric(float64(ops), "ops")

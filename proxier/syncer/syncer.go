@@ -34,6 +34,10 @@ type Syncer struct {
 	mapDefs map[string]*knftables.Map
 	// group is the most elements a full sync writes in one "add element" command.
 	group int
+	// keepLimit and keep: the emptied objects incremental syncs leave in the table
+	// (keep is nil when keepLimit is 0).
+	keepLimit int
+	keep      *keeper
 }
 
 // Result describes one sync.
@@ -80,12 +84,15 @@ func WithElementGroup(n int) Option {
 // ParseDump methods, such as a struct embedding one — elements are not grouped. A
 // wrapper that hides a Fake behind other methods must pass WithElementGroup(1).
 func New(nft knftables.Interface, opts ...Option) *Syncer {
-	s := &Syncer{nft: nft, full: true, group: DefaultElementGroup}
+	s := &Syncer{nft: nft, full: true, group: DefaultElementGroup, keepLimit: DefaultKeepLimit}
 	if isFake(nft) {
-		s.group = 1
+		s.group, s.keepLimit = 1, 0
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.keepLimit > 0 {
+		s.keep = newKeeper(s.keepLimit)
 	}
 	return s
 }
@@ -188,11 +195,14 @@ func (s *Syncer) finish(ctx context.Context, desired *ruleset.Ruleset, res Resul
 // apply sends delta as one transaction, or a full sync when delta changes an
 // object's definition in a way nft cannot update in place.
 func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
-	if needsFull(s.applied, desired, delta) {
+	if needsFull(s.applied, desired, delta) || s.keep.conflicts(delta) {
 		return s.fullSync(ctx, desired)
 	}
 	tx := s.nft.NewTransaction()
-	applyDelta(tx, desired, delta)
+	applyDelta(tx, desired, delta, s.keep)
+	if s.keep.count() > s.keepLimit {
+		s.keep.tidy(tx, desired)
+	}
 	res := Result{Operations: tx.NumOperations()}
 	if res.Operations == 0 {
 		s.applied = desired
@@ -217,6 +227,24 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 		} else if s.mapDefs != nil {
 			s.mapDefs[name] = c.New
 		}
+	}
+	return res, nil
+}
+
+// Tidy removes the emptied objects incremental syncs kept in the table (see
+// WithKeepLimit), so that it holds exactly the ruleset applied last. It runs no
+// transaction when there are none.
+func (s *Syncer) Tidy(ctx context.Context) (Result, error) {
+	if s.keep == nil || s.applied == nil || (s.keep.count() == 0 && len(s.keep.rules) == 0) {
+		return Result{}, nil
+	}
+	tx := s.nft.NewTransaction()
+	s.keep.tidy(tx, s.applied)
+	res := Result{Operations: tx.NumOperations()}
+	if err := s.nft.Run(ctx, tx); err != nil {
+		s.full = true
+		s.forgetDefs()
+		return res, fmt.Errorf("removing the emptied objects of table %s %s: %w", s.applied.Family, s.applied.Table, err)
 	}
 	return res, nil
 }
@@ -307,6 +335,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	}
 	s.applied = desired
 	s.full = false
+	s.keep.reset()
 	s.setDefs, s.mapDefs = maps.Clone(desired.Sets), maps.Clone(desired.Maps)
 	if s.setDefs == nil {
 		s.setDefs = map[string]*knftables.Set{}
@@ -416,51 +445,78 @@ func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
 
 // applyDelta queues on tx the operations that apply delta to the table, ordered so
 // that every object exists before something refers to it and nothing is deleted
-// while referenced.
-func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *ruleset.Delta) {
+// while referenced. With a keeper (k non-nil), removed chains, sets and maps are
+// emptied and kept rather than deleted, and dispatch chains only gain rules (see
+// keeper).
+func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *ruleset.Delta, k *keeper) {
 	chains := ruleset.SortedKeys(delta.Chains)
+	// rewrite marks new chains that were kept with other rules; same, kept ones with
+	// the very rules wanted.
+	rewrite, same := map[string]bool{}, map[string]bool{}
 	// 1. New containers.
 	for _, name := range chains {
-		if c := delta.Chains[name]; c.Old == nil {
-			tx.Add(desired.ChainObject(name))
+		c := delta.Chains[name]
+		if c.Old != nil {
+			continue
 		}
+		if old := k.takeChain(name); old != nil {
+			if ruleset.SameChain(old, c.New) {
+				same[name] = true
+			} else {
+				rewrite[name] = true
+			}
+			continue
+		}
+		tx.Add(desired.ChainObject(name))
 	}
 	for _, name := range ruleset.SortedKeys(delta.Sets) {
-		if c := delta.Sets[name]; c.Old == nil {
+		if c := delta.Sets[name]; c.Old == nil && !k.takeSet(name) {
 			tx.Add(desired.SetObject(name))
 		}
 	}
 	for _, name := range ruleset.SortedKeys(delta.Maps) {
-		if c := delta.Maps[name]; c.Old == nil {
+		if c := delta.Maps[name]; c.Old == nil && !k.takeMap(name) {
 			tx.Add(desired.MapObject(name))
 		}
 	}
 	// 2. Rules of new and changed chains.
 	for _, name := range chains {
 		c := delta.Chains[name]
-		if c.New == nil {
+		if c.New == nil || same[name] {
 			continue
 		}
-		if c.Old != nil {
+		if k != nil && c.Old != nil && ruleset.IsDispatchChain(name) {
+			k.appendMissing(tx, desired, name, k.kernelRules(name, c.Old), c.New)
+			continue
+		}
+		if c.Old != nil || rewrite[name] {
 			tx.Flush(desired.ChainObject(name))
 		}
 		desired.AddRulesTo(tx, name)
+		if k != nil {
+			delete(k.rules, name)
+		}
 	}
 	// 3. Elements of containers that stay: deletions (removed or changed), then
-	// additions. A container that goes away takes its elements with it.
+	// additions. A container that goes away takes its elements with it, unless it is
+	// kept: then they are deleted one by one (a kept dynamic set, whose elements are
+	// the kernel's, is flushed).
 	var adds []*knftables.Element
 	for _, cont := range ruleset.SortedKeys(delta.Elements) {
-		if gone(delta, cont) {
+		if k == nil && gone(delta, cont) {
+			continue
+		}
+		if k != nil && dynamicGone(delta, cont) {
 			continue
 		}
 		es := delta.Elements[cont]
-		for _, k := range ruleset.SortedKeys(es) {
-			if old := es[k].Old; old != nil && !isNewContainer(delta, cont) {
+		for _, key := range ruleset.SortedKeys(es) {
+			if old := es[key].Old; old != nil && !isNewContainer(delta, cont) {
 				tx.Delete(desired.ElementObject(old))
 			}
 		}
-		for _, k := range ruleset.SortedKeys(es) {
-			if e := es[k].New; e != nil {
+		for _, key := range ruleset.SortedKeys(es) {
+			if e := es[key].New; e != nil {
 				adds = append(adds, e)
 			}
 		}
@@ -469,29 +525,64 @@ func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *rule
 		tx.Add(desired.ElementObject(e))
 	}
 	// 4. Removed chains (flushed first, as they may jump to each other), then
-	// removed sets and maps, which only removed or flushed rules referred to.
+	// removed sets and maps, which only removed or flushed rules referred to; or,
+	// with a keeper, kept.
 	var removed []*knftables.Chain
 	for _, name := range chains {
-		if c := delta.Chains[name]; c.New == nil {
-			ch := c.Old.Chain
-			ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
-			tx.Flush(&ch)
-			removed = append(removed, &ch)
+		c := delta.Chains[name]
+		if c.New != nil {
+			continue
 		}
+		if k != nil {
+			k.chains[name] = c.Old
+			continue
+		}
+		ch := c.Old.Chain
+		ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
+		tx.Flush(&ch)
+		removed = append(removed, &ch)
 	}
 	for _, ch := range removed {
 		tx.Delete(ch)
 	}
 	for _, name := range ruleset.SortedKeys(delta.Sets) {
-		if c := delta.Sets[name]; c.New == nil {
+		c := delta.Sets[name]
+		switch {
+		case c.New != nil:
+		case k != nil:
+			k.sets[name] = c.Old
+			if slices.Contains(c.Old.Flags, knftables.DynamicFlag) {
+				tx.Flush(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
+			}
+		default:
 			tx.Delete(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
 		}
 	}
 	for _, name := range ruleset.SortedKeys(delta.Maps) {
-		if c := delta.Maps[name]; c.New == nil {
+		c := delta.Maps[name]
+		switch {
+		case c.New != nil:
+		case k != nil:
+			k.maps[name] = c.Old
+			if slices.Contains(c.Old.Flags, knftables.DynamicFlag) {
+				tx.Flush(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
+			}
+		default:
 			tx.Delete(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
 		}
 	}
+}
+
+// dynamicGone reports whether cont is a dynamic set or map that delta removes: its
+// elements are the kernel's, not the delta's.
+func dynamicGone(delta *ruleset.Delta, cont string) bool {
+	if c, ok := delta.Sets[cont]; ok && c.New == nil {
+		return slices.Contains(c.Old.Flags, knftables.DynamicFlag)
+	}
+	if c, ok := delta.Maps[cont]; ok && c.New == nil {
+		return slices.Contains(c.Old.Flags, knftables.DynamicFlag)
+	}
+	return false
 }
 
 // gone reports whether the set or map named cont is removed by delta.

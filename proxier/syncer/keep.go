@@ -1,0 +1,196 @@
+package syncer
+
+import (
+	"reflect"
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
+)
+
+// DefaultKeepLimit is the number of emptied chains, sets and maps incremental syncs
+// through a real nft leave in the table before one of them removes them all (see
+// keeper).
+const DefaultKeepLimit = 64
+
+// WithKeepLimit makes incremental syncs leave up to n emptied chains, sets and maps
+// in the table (see keeper); 0 removes them in the sync that empties them. The
+// default is DefaultKeepLimit through a real nft and 0 through an in-memory fake,
+// whose table then always equals the desired ruleset.
+func WithKeepLimit(n int) Option {
+	return func(s *Syncer) { s.keepLimit = max(n, 0) }
+}
+
+// keeper lets incremental syncs leave emptied objects in the table. When a Service's
+// endpoint count goes from 5 to 6 and back, the ruleset gains and loses a dnat-6
+// chain, its backends map and chain, the class set service-ips-to-dnat-6 and that
+// set's rule in the dispatch chain service-ips. Deleting them only to add them again
+// at the next scale-up costs a dozen operations each way, and rewriting the dispatch
+// chain (flush and every rule again) is most of them. So an incremental sync that
+// removes a chain, set or map empties it instead (its elements are deleted one by
+// one, as the delta lists them; a dynamic set is flushed) and keeps it, and a rule
+// of a dispatch chain whose class set went away stays; a later sync that wants the
+// object again finds it there, and a dispatch chain that gains a rule has it
+// appended. An empty class set matches nothing, and the rules of a dispatch chain
+// are disjoint, so the kept objects change no verdict.
+//
+// Once more than the limit are kept, the next incremental sync also removes them
+// and rewrites the dispatch chains that still have extra rules; a full sync removes
+// them too, as it removes anything the ruleset does not have.
+type keeper struct {
+	limit  int
+	chains map[string]*ruleset.Chain
+	sets   map[string]*knftables.Set
+	maps   map[string]*knftables.Map
+	// rules holds the rules in the kernel of each dispatch chain whose rules differ
+	// from the applied ruleset's.
+	rules map[string][]*knftables.Rule
+}
+
+func newKeeper(limit int) *keeper {
+	return &keeper{
+		limit:  limit,
+		chains: map[string]*ruleset.Chain{},
+		sets:   map[string]*knftables.Set{},
+		maps:   map[string]*knftables.Map{},
+		rules:  map[string][]*knftables.Rule{},
+	}
+}
+
+// count returns the number of kept objects.
+func (k *keeper) count() int {
+	if k == nil {
+		return 0
+	}
+	return len(k.chains) + len(k.sets) + len(k.maps)
+}
+
+// conflicts reports whether delta adds a set or map the keeper holds with another
+// definition, which cannot be changed in place: the sync must then be a full one.
+func (k *keeper) conflicts(delta *ruleset.Delta) bool {
+	if k == nil {
+		return false
+	}
+	for name, c := range delta.Sets {
+		if old := k.sets[name]; old != nil && c.Old == nil && c.New != nil && !sameDef(old, c.New) {
+			return true
+		}
+	}
+	for name, c := range delta.Maps {
+		if old := k.maps[name]; old != nil && c.Old == nil && c.New != nil && !sameDef(old, c.New) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameDef[T any](a, b *T) bool { return reflect.DeepEqual(a, b) }
+
+// kernelRules returns the rules of dispatch chain name in the kernel, given its
+// version old in the applied ruleset.
+func (k *keeper) kernelRules(name string, old *ruleset.Chain) []*knftables.Rule {
+	if r, ok := k.rules[name]; ok {
+		return r
+	}
+	return old.Rules
+}
+
+// appendMissing queues the rules of want that dispatch chain name lacks in the
+// kernel (have), and records what the chain then holds.
+func (k *keeper) appendMissing(tx *knftables.Transaction, desired *ruleset.Ruleset, name string, have []*knftables.Rule, want *ruleset.Chain) {
+	now := slices.Clone(have)
+	for _, r := range want.Rules {
+		if !slices.ContainsFunc(have, func(h *knftables.Rule) bool { return sameRule(h, r) }) {
+			tx.Add(ruleObject(desired, r))
+			now = append(now, r)
+		}
+	}
+	if slices.EqualFunc(now, want.Rules, sameRule) {
+		delete(k.rules, name)
+	} else {
+		k.rules[name] = now
+	}
+}
+
+func sameRule(a, b *knftables.Rule) bool {
+	return a.Rule == b.Rule && (a.Comment == nil) == (b.Comment == nil) && (a.Comment == nil || *a.Comment == *b.Comment)
+}
+
+func ruleObject(desired *ruleset.Ruleset, r *knftables.Rule) *knftables.Rule {
+	c := *r
+	c.Family, c.Table, c.Handle, c.Index = desired.Family, desired.Table, nil, nil
+	return &c
+}
+
+// tidy queues the removal of every kept object and the rewrite of every dispatch
+// chain with extra rules, to follow the rest of a transaction that brought the
+// table to desired.
+func (k *keeper) tidy(tx *knftables.Transaction, desired *ruleset.Ruleset) {
+	for _, name := range ruleset.SortedKeys(k.rules) {
+		if desired.Chains[name] == nil {
+			continue
+		}
+		tx.Flush(desired.ChainObject(name))
+		desired.AddRulesTo(tx, name)
+	}
+	var chains []*knftables.Chain
+	for _, name := range ruleset.SortedKeys(k.chains) {
+		ch := k.chains[name].Chain
+		ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
+		tx.Flush(&ch)
+		chains = append(chains, &ch)
+	}
+	for _, ch := range chains {
+		tx.Delete(ch)
+	}
+	for _, name := range ruleset.SortedKeys(k.sets) {
+		tx.Delete(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
+	}
+	for _, name := range ruleset.SortedKeys(k.maps) {
+		tx.Delete(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
+	}
+	k.reset()
+}
+
+// reset forgets every kept object: a full sync removed them.
+func (k *keeper) reset() {
+	if k == nil {
+		return
+	}
+	clear(k.chains)
+	clear(k.sets)
+	clear(k.maps)
+	clear(k.rules)
+}
+
+// takeChain returns the kept chain name, no longer kept, or nil.
+func (k *keeper) takeChain(name string) *ruleset.Chain {
+	if k == nil {
+		return nil
+	}
+	c := k.chains[name]
+	delete(k.chains, name)
+	return c
+}
+
+// takeSet reports whether set name was kept, and keeps it no longer. conflicts has
+// ruled out a kept set of another definition.
+func (k *keeper) takeSet(name string) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := k.sets[name]
+	delete(k.sets, name)
+	return ok
+}
+
+// takeMap is takeSet for maps.
+func (k *keeper) takeMap(name string) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := k.maps[name]
+	delete(k.maps, name)
+	return ok
+}
