@@ -350,7 +350,7 @@ func newNodeProxy(l *lab.Lab, svcs []*v1.Service, slices []*discoveryv1.Endpoint
 		p.nft[fam] = nft
 		p.syncers[fam] = syncer.New(nft)
 		p.fakes[fam] = knftables.NewFake(fam, p.cfg.Table)
-		p.mirrors[fam] = syncer.New(p.fakes[fam])
+		p.mirrors[fam] = syncer.New(p.fakes[fam], syncer.WithKeepLimit(syncer.DefaultKeepLimit)) // as the kernel's
 	}
 	return p
 }
