@@ -159,6 +159,11 @@ func (b *builder) addService(st *state.ClusterState, svc *state.Service) {
 // hints in particular) looks only at the endpoints this table can reach, as it
 // would with the EndpointSlices of this family alone.
 func (b *builder) familyEndpoints(eps []state.Endpoint) []state.Endpoint {
+	if !slices.ContainsFunc(eps, func(e state.Endpoint) bool {
+		return !b.fam.has(e.Address) || e.Address != e.Address.Unmap().WithZone("")
+	}) {
+		return eps[:len(eps):len(eps)] // all of the family already: callers only read
+	}
 	var out []state.Endpoint
 	for _, e := range eps {
 		if b.fam.has(e.Address) {

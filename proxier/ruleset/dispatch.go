@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"sigs.k8s.io/knftables"
 
@@ -175,11 +176,30 @@ func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string
 
 // dnatName returns the name of the dnat chain of kind k for n endpoints.
 func (b *builder) dnatName(k *frontendKind, n int, local bool) string {
-	name := k.dnatPrefix
 	if local {
-		name += "local-"
+		return numbered(k.dnatPrefix+"local-", n)
 	}
-	return name + strconv.Itoa(n)
+	return numbered(k.dnatPrefix, n)
+}
+
+// numberedNames caches the names numbered returns, which every Service's fragment
+// asks for again.
+var numberedNames sync.Map
+
+type numberedKey struct {
+	prefix string
+	n      int
+}
+
+// numbered returns prefix followed by n in decimal.
+func numbered(prefix string, n int) string {
+	k := numberedKey{prefix, n}
+	if v, ok := numberedNames.Load(k); ok {
+		return v.(string)
+	}
+	name := prefix + strconv.Itoa(n)
+	numberedNames.Store(k, name)
+	return name
 }
 
 // dnatChain returns the name of the chain that picks one of n backends of the kind
@@ -189,13 +209,18 @@ func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
 	if _, ok := b.rs.Chains[name]; ok {
 		return name
 	}
-	branches := make([]string, n)
 	for i := range n {
-		branches[i] = strconv.Itoa(i) + " : goto " + b.pickChain(k, i, local)
+		b.pickChain(k, i, local)
 	}
-	// The commas stand apart from the chain names so that no tool splitting the rule
-	// on spaces reads "name," as a chain name.
-	b.chain(name, "numgen random mod "+strconv.Itoa(n)+" vmap { "+strings.Join(branches, " , ")+" }")
+	b.rs.Chains[name] = shared(b.fam.v6, kindChain, name, func() *Chain {
+		branches := make([]string, n)
+		for i := range n {
+			branches[i] = strconv.Itoa(i) + " : goto " + b.backendsName(k, i, local)
+		}
+		// The commas stand apart from the chain names so that no tool splitting the
+		// rule on spaces reads "name," as a chain name.
+		return newChain(name, "numgen random mod "+strconv.Itoa(n)+" vmap { "+strings.Join(branches, " , ")+" }")
+	})
 	return name
 }
 
@@ -205,7 +230,7 @@ func (b *builder) backendsName(k *frontendKind, i int, local bool) string {
 	if local {
 		name = k.localBackends
 	}
-	return name + strconv.Itoa(i)
+	return numbered(name, i)
 }
 
 // backendsType returns the type of the backends maps of kind k: frontend key to
@@ -228,10 +253,14 @@ func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
 	if _, ok := b.rs.Maps[name]; ok {
 		return name
 	}
-	b.rs.AddMap(&knftables.Map{Name: name, Type: b.backendsType(k)})
+	b.rs.Maps[name] = shared(b.fam.v6, kindMap, name, func() *knftables.Map {
+		return &knftables.Map{Name: name, Type: b.backendsType(k)}
+	})
 	// The protocol match tells nft that th dport is meaningful; every Service
 	// protocol shares the chain.
-	b.chain(name, "meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" map @"+name)
+	b.rs.Chains[name] = shared(b.fam.v6, kindChain, name, func() *Chain {
+		return newChain(name, "meta l4proto { tcp, udp, sctp } dnat "+b.fam.ip+" to "+b.keyExpr(k)+" map @"+name)
+	})
 	return name
 }
 
@@ -241,11 +270,13 @@ func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
 func (b *builder) dispatchElement(c string, key []string, verdict string, sp *servicePort) {
 	name := ClassSet(c, verdict)
 	if _, ok := b.rs.Sets[name]; !ok {
-		typ := "inet_proto . inet_service"
-		if !dispatchChains[c] {
-			typ = b.fam.addrType + " . " + typ
-		}
-		b.rs.AddSet(&knftables.Set{Name: name, Type: typ})
+		b.rs.Sets[name] = shared(b.fam.v6, kindSet, name, func() *knftables.Set {
+			typ := "inet_proto . inet_service"
+			if !dispatchChains[c] {
+				typ = b.fam.addrType + " . " + typ
+			}
+			return &knftables.Set{Name: name, Type: typ}
+		})
 	}
 	b.rs.AddElement(&knftables.Element{Set: name, Key: slices.Clone(key), Comment: elementComment(sp.id)})
 }
@@ -319,6 +350,40 @@ func dispatchChainsOf(rs *Ruleset) *Ruleset {
 		out.AddRule(c, key+" @"+s+" "+verdict)
 	}
 	return out
+}
+
+// sharedObjs holds the chains, sets and maps that are a function of the family and
+// their name alone (dnat-N, backends-I and their chains, class sets), so that the
+// fragments of every Service share one copy of each instead of building their own:
+// at 50,000 Services that was a fifth of a first build's allocations. The objects
+// are never modified once made; the number of names is that of the endpoint counts
+// and verdicts ever in use.
+var sharedObjs sync.Map
+
+type sharedKey struct {
+	v6   bool
+	kind objKind
+	name string
+}
+
+// shared returns the shared object of the kind named name in the family (v6 for
+// ip6), made by mk on first use.
+func shared[T any](v6 bool, kind objKind, name string, mk func() *T) *T {
+	k := sharedKey{v6, kind, name}
+	if v, ok := sharedObjs.Load(k); ok {
+		return v.(*T)
+	}
+	v, _ := sharedObjs.LoadOrStore(k, mk())
+	return v.(*T)
+}
+
+// newChain returns a regular chain with the given rules.
+func newChain(name string, rules ...string) *Chain {
+	c := &Chain{Chain: knftables.Chain{Name: name}}
+	for _, r := range rules {
+		c.Rules = append(c.Rules, &knftables.Rule{Chain: name, Rule: r})
+	}
+	return c
 }
 
 func itoa(n uint16) string { return strconv.Itoa(int(n)) }

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -14,10 +13,28 @@ import (
 // controller moves it) is taken ready if some slice says so, else from the slice
 // first by name, so that the result never depends on map order.
 func (s *ClusterState) Endpoints(svc *Service, p ServicePort) []Endpoint {
-	seen := map[netip.AddrPort]int{}
 	var out []Endpoint
+	// seen indexes out by address and port once it is too long to search.
+	var seen map[netip.AddrPort]int
+	find := func(k netip.AddrPort) (int, bool) {
+		if seen != nil {
+			i, ok := seen[k]
+			return i, ok
+		}
+		for i := range out {
+			if out[i].AddrPort() == k {
+				return i, true
+			}
+		}
+		return 0, false
+	}
 	bySlice := s.Slices[svc.Name]
-	for _, name := range slices.Sorted(maps.Keys(bySlice)) {
+	names := make([]string, 0, len(bySlice))
+	for name := range bySlice {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		sl := bySlice[name]
 		for _, sp := range sl.Ports {
 			if sp.Name != p.Name || sp.Protocol != p.Protocol {
@@ -30,14 +47,25 @@ func (s *ClusterState) Endpoints(svc *Service, p ServicePort) []Endpoint {
 					NodeName: e.NodeName, Zone: e.Zone, ZoneHints: e.ZoneHints,
 				}
 				k := ep.AddrPort()
-				if i, dup := seen[k]; dup {
+				if i, dup := find(k); dup {
 					if ep.Ready && !out[i].Ready {
 						out[i] = ep
 					}
 					continue
 				}
-				seen[k] = len(out)
+				if out == nil {
+					out = make([]Endpoint, 0, len(sl.Endpoints))
+				}
 				out = append(out, ep)
+				switch {
+				case seen != nil:
+					seen[k] = len(out) - 1
+				case len(out) > 16:
+					seen = make(map[netip.AddrPort]int, 2*len(out))
+					for i := range out {
+						seen[out[i].AddrPort()] = i
+					}
+				}
 			}
 		}
 	}
@@ -117,8 +145,22 @@ func canUseTopology(eps []Endpoint, node Node) bool {
 	return matched
 }
 
+// filter returns the endpoints of eps that keep accepts: eps itself when it accepts
+// them all (callers only read the result).
 func filter(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
-	var out []Endpoint
+	n := 0
+	for _, e := range eps {
+		if keep(e) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if n == len(eps) {
+		return eps[:n:n]
+	}
+	out := make([]Endpoint, 0, n)
 	for _, e := range eps {
 		if keep(e) {
 			out = append(out, e)
