@@ -2,8 +2,11 @@ package syncer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -141,4 +144,20 @@ func TestKernelKeptObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkKernelTable(t, nft, rs, nil)
+}
+
+func TestNotFoundKnowsTheNetlinkListing(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("receiveAckAware: netlink receive: no such file or directory"), true},
+		{fmt.Errorf("list: %w", syscall.ENOENT), true},
+		{errors.New("receiveAckAware: netlink receive: operation not permitted"), false},
+		{errors.New("no such file or directory in the middle: of something"), false},
+	} {
+		if got := notFound(c.err); got != c.want {
+			t.Errorf("notFound(%q) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

@@ -57,8 +57,8 @@ func TestKernelIncrementalSyncs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fmt.Sprint(sorted(want)) != fmt.Sprint(sorted(got)) {
-			t.Errorf("kernel %ss = %v; want %v", kind, sorted(got), sorted(want))
+		if fmt.Sprint(sorted(want)) != fmt.Sprint(sorted(named(got))) {
+			t.Errorf("kernel %ss = %v; want %v", kind, sorted(named(got)), sorted(want))
 		}
 	}
 	for _, c := range []struct{ kind, name string }{
@@ -137,7 +137,7 @@ func checkKernelTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(want, sorted(got)); diff != "" {
+		if diff := cmp.Diff(want, sorted(named(got))); diff != "" {
 			t.Errorf("kernel %ss (-want +got):\n%s", kind, diff)
 		}
 	}
@@ -241,7 +241,8 @@ func kernelNFT(tb testing.TB, name string, opts ...knftables.Option) (*lab.NS, k
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ns.Close() })
-	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table, opts...)
+	// As the proxier does (proxier.DefaultNewNFT), list over netlink.
+	nft, err := lab.NFT(ns, knftables.IPv4Family, testConfig.Table, append(opts, knftables.UseNetlink)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

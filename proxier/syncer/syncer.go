@@ -5,11 +5,13 @@ package syncer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 
 	"sigs.k8s.io/knftables"
 
@@ -269,9 +271,12 @@ func (s *Syncer) forgetDefs() { s.setDefs, s.mapDefs = nil, nil }
 // a set's timeout in place; older kernels may keep the old timeout.)
 func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
 	existing, err := s.nft.ListAll(ctx)
-	if err != nil && !knftables.IsNotFound(err) {
+	if err != nil && !notFound(err) {
 		s.full = true
 		return Result{Full: true}, fmt.Errorf("full sync of table %s %s: listing existing objects: %w", desired.Family, desired.Table, err)
+	}
+	if existing != nil {
+		existing["set"], existing["map"] = named(existing["set"]), named(existing["map"])
 	}
 	tx := s.nft.NewTransaction()
 	tx.Add(desired.TableObject())
@@ -344,6 +349,24 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 		s.mapDefs = map[string]*knftables.Map{}
 	}
 	return res, nil
+}
+
+// named drops the anonymous sets and maps (__set0, __map3: the kernel's names for
+// the "{ tcp, udp }" and "vmap { … }" of rules) from a listing: nft leaves them out
+// when it lists a table, the netlink listing does not, and they go with their rules.
+func named(names []string) []string {
+	return slices.DeleteFunc(names, func(n string) bool {
+		return strings.HasPrefix(n, "__set") || strings.HasPrefix(n, "__map")
+	})
+}
+
+// notFound reports whether err says the table does not exist, as nft reports it or,
+// when knftables lists over netlink (knftables.UseNetlink), as the kernel does:
+// google/nftables returns that as text ("receiveAckAware: netlink receive: no such
+// file or directory"), without the errno to match.
+func notFound(err error) bool {
+	return knftables.IsNotFound(err) || errors.Is(err, syscall.ENOENT) ||
+		strings.HasSuffix(err.Error(), ": "+syscall.ENOENT.Error())
 }
 
 // changed reports whether the set or map name was applied last with a definition

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/proxier"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -230,7 +231,7 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 		c.addTarget(o.TargetVIP, o.Backends)
 	}
 	cfg := rulesetConfig()
-	nft, err := knftables.New(knftables.IPv4Family, cfg.Table)
+	nft, err := proxier.DefaultNewNFT(knftables.IPv4Family, cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("knftables: %w", err)
 	}
