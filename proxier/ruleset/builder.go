@@ -217,6 +217,9 @@ func unionKeys[V any](a, b map[string]V) []string {
 // SameChain reports whether two versions of a chain are alike: definition and rules.
 func SameChain(a, b *Chain) bool { return sameChain(a, b) }
 
+// SameRule reports whether two rules are alike.
+func SameRule(a, b *knftables.Rule) bool { return equalRule(a, b) }
+
 func sameChain(a, b *Chain) bool {
 	if equalChain(a, b) {
 		return true

@@ -221,10 +221,16 @@ func (r *Ruleset) MapObject(name string) *knftables.Map {
 // AddRulesTo queues every rule of the named chain on tx, in order.
 func (r *Ruleset) AddRulesTo(tx *knftables.Transaction, chain string) {
 	for _, rule := range r.Chains[chain].Rules {
-		kr := *rule
-		kr.Family, kr.Table, kr.Chain = r.Family, r.Table, chain
-		tx.Add(&kr)
+		tx.Add(r.RuleObject(chain, rule))
 	}
+}
+
+// RuleObject returns a copy of rule, of the named chain, with r's family and table
+// filled in, as a transaction wants it.
+func (r *Ruleset) RuleObject(chain string, rule *knftables.Rule) *knftables.Rule {
+	kr := *rule
+	kr.Family, kr.Table, kr.Chain = r.Family, r.Table, chain
+	return &kr
 }
 
 func (r *Ruleset) element(e *knftables.Element) *knftables.Element {

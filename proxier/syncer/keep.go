@@ -39,7 +39,6 @@ func WithKeepLimit(n int) Option {
 // and rewrites the dispatch chains that still have extra rules; a full sync removes
 // them too, as it removes anything the ruleset does not have.
 type keeper struct {
-	limit  int
 	chains map[string]*ruleset.Chain
 	sets   map[string]*knftables.Set
 	maps   map[string]*knftables.Map
@@ -48,9 +47,8 @@ type keeper struct {
 	rules map[string][]*knftables.Rule
 }
 
-func newKeeper(limit int) *keeper {
+func newKeeper() *keeper {
 	return &keeper{
-		limit:  limit,
 		chains: map[string]*ruleset.Chain{},
 		sets:   map[string]*knftables.Set{},
 		maps:   map[string]*knftables.Map{},
@@ -73,19 +71,17 @@ func (k *keeper) conflicts(delta *ruleset.Delta) bool {
 		return false
 	}
 	for name, c := range delta.Sets {
-		if old := k.sets[name]; old != nil && c.Old == nil && c.New != nil && !sameDef(old, c.New) {
+		if old := k.sets[name]; old != nil && c.Old == nil && c.New != nil && !reflect.DeepEqual(old, c.New) {
 			return true
 		}
 	}
 	for name, c := range delta.Maps {
-		if old := k.maps[name]; old != nil && c.Old == nil && c.New != nil && !sameDef(old, c.New) {
+		if old := k.maps[name]; old != nil && c.Old == nil && c.New != nil && !reflect.DeepEqual(old, c.New) {
 			return true
 		}
 	}
 	return false
 }
-
-func sameDef[T any](a, b *T) bool { return reflect.DeepEqual(a, b) }
 
 // kernelRules returns the rules of dispatch chain name in the kernel, given its
 // version old in the applied ruleset.
@@ -101,26 +97,16 @@ func (k *keeper) kernelRules(name string, old *ruleset.Chain) []*knftables.Rule 
 func (k *keeper) appendMissing(tx *knftables.Transaction, desired *ruleset.Ruleset, name string, have []*knftables.Rule, want *ruleset.Chain) {
 	now := slices.Clone(have)
 	for _, r := range want.Rules {
-		if !slices.ContainsFunc(have, func(h *knftables.Rule) bool { return sameRule(h, r) }) {
-			tx.Add(ruleObject(desired, r))
+		if !slices.ContainsFunc(have, func(h *knftables.Rule) bool { return ruleset.SameRule(h, r) }) {
+			tx.Add(desired.RuleObject(name, r))
 			now = append(now, r)
 		}
 	}
-	if slices.EqualFunc(now, want.Rules, sameRule) {
+	if slices.EqualFunc(now, want.Rules, ruleset.SameRule) {
 		delete(k.rules, name)
 	} else {
 		k.rules[name] = now
 	}
-}
-
-func sameRule(a, b *knftables.Rule) bool {
-	return a.Rule == b.Rule && (a.Comment == nil) == (b.Comment == nil) && (a.Comment == nil || *a.Comment == *b.Comment)
-}
-
-func ruleObject(desired *ruleset.Ruleset, r *knftables.Rule) *knftables.Rule {
-	c := *r
-	c.Family, c.Table, c.Handle, c.Index = desired.Family, desired.Table, nil, nil
-	return &c
 }
 
 // tidy queues the removal of every kept object and the rewrite of every dispatch
@@ -134,23 +120,39 @@ func (k *keeper) tidy(tx *knftables.Transaction, desired *ruleset.Ruleset) {
 		tx.Flush(desired.ChainObject(name))
 		desired.AddRulesTo(tx, name)
 	}
-	var chains []*knftables.Chain
+	var chains []knftables.Chain
 	for _, name := range ruleset.SortedKeys(k.chains) {
-		ch := k.chains[name].Chain
-		ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
-		tx.Flush(&ch)
-		chains = append(chains, &ch)
+		chains = append(chains, k.chains[name].Chain)
 	}
-	for _, ch := range chains {
-		tx.Delete(ch)
-	}
-	for _, name := range ruleset.SortedKeys(k.sets) {
-		tx.Delete(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
-	}
-	for _, name := range ruleset.SortedKeys(k.maps) {
-		tx.Delete(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
-	}
+	removeObjects(tx, desired, chains, ruleset.SortedKeys(k.sets), ruleset.SortedKeys(k.maps))
 	k.reset()
+}
+
+// keepRemoved keeps the chains, sets and maps delta removes, emptied: the delta
+// deletes their elements one by one, except those of a dynamic set or map, which
+// are the kernel's and go with a flush.
+func (k *keeper) keepRemoved(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *ruleset.Delta) {
+	for name, c := range delta.Chains {
+		if c.New == nil {
+			k.chains[name] = c.Old
+		}
+	}
+	for _, name := range ruleset.SortedKeys(delta.Sets) {
+		if c := delta.Sets[name]; c.New == nil {
+			k.sets[name] = c.Old
+			if slices.Contains(c.Old.Flags, knftables.DynamicFlag) {
+				tx.Flush(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
+			}
+		}
+	}
+	for _, name := range ruleset.SortedKeys(delta.Maps) {
+		if c := delta.Maps[name]; c.New == nil {
+			k.maps[name] = c.Old
+			if slices.Contains(c.Old.Flags, knftables.DynamicFlag) {
+				tx.Flush(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
+			}
+		}
+	}
 }
 
 // reset forgets every kept object: a full sync removed them.

@@ -94,7 +94,7 @@ func New(nft knftables.Interface, opts ...Option) *Syncer {
 		o(s)
 	}
 	if s.keepLimit > 0 {
-		s.keep = newKeeper(s.keepLimit)
+		s.keep = newKeeper()
 	}
 	return s
 }
@@ -547,52 +547,48 @@ func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *rule
 	for _, e := range adds {
 		tx.Add(desired.ElementObject(e))
 	}
-	// 4. Removed chains (flushed first, as they may jump to each other), then
-	// removed sets and maps, which only removed or flushed rules referred to; or,
-	// with a keeper, kept.
-	var removed []*knftables.Chain
+	// 4. Removed chains, sets and maps: deleted, or, with a keeper, kept.
+	if k != nil {
+		k.keepRemoved(tx, desired, delta)
+		return
+	}
+	var chainsGone []knftables.Chain
 	for _, name := range chains {
-		c := delta.Chains[name]
-		if c.New != nil {
-			continue
+		if c := delta.Chains[name]; c.New == nil {
+			chainsGone = append(chainsGone, c.Old.Chain)
 		}
-		if k != nil {
-			k.chains[name] = c.Old
-			continue
-		}
-		ch := c.Old.Chain
-		ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
-		tx.Flush(&ch)
-		removed = append(removed, &ch)
 	}
-	for _, ch := range removed {
-		tx.Delete(ch)
-	}
+	var setsGone, mapsGone []string
 	for _, name := range ruleset.SortedKeys(delta.Sets) {
-		c := delta.Sets[name]
-		switch {
-		case c.New != nil:
-		case k != nil:
-			k.sets[name] = c.Old
-			if slices.Contains(c.Old.Flags, knftables.DynamicFlag) {
-				tx.Flush(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
-			}
-		default:
-			tx.Delete(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
+		if delta.Sets[name].New == nil {
+			setsGone = append(setsGone, name)
 		}
 	}
 	for _, name := range ruleset.SortedKeys(delta.Maps) {
-		c := delta.Maps[name]
-		switch {
-		case c.New != nil:
-		case k != nil:
-			k.maps[name] = c.Old
-			if slices.Contains(c.Old.Flags, knftables.DynamicFlag) {
-				tx.Flush(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
-			}
-		default:
-			tx.Delete(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
+		if delta.Maps[name].New == nil {
+			mapsGone = append(mapsGone, name)
 		}
+	}
+	removeObjects(tx, desired, chainsGone, setsGone, mapsGone)
+}
+
+// removeObjects queues the deletion of chains (all flushed first, as they may jump
+// to each other), then of the sets and maps named, which only those chains or
+// flushed rules referred to.
+func removeObjects(tx *knftables.Transaction, desired *ruleset.Ruleset, chains []knftables.Chain, sets, maps []string) {
+	for i := range chains {
+		ch := &chains[i]
+		ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
+		tx.Flush(ch)
+	}
+	for i := range chains {
+		tx.Delete(&chains[i])
+	}
+	for _, name := range sets {
+		tx.Delete(&knftables.Set{Family: desired.Family, Table: desired.Table, Name: name})
+	}
+	for _, name := range maps {
+		tx.Delete(&knftables.Map{Family: desired.Family, Table: desired.Table, Name: name})
 	}
 }
 
