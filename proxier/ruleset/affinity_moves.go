@@ -119,7 +119,7 @@ func affinityMapIndex(name string) (string, int, bool) {
 func (r *Ruleset) affinitySeconds(frontend string, nodePort bool) string {
 	for set, es := range r.Elements {
 		c, verdict, ok := ClassOf(set)
-		if !ok || dispatchChains[c] != nodePort || es[frontend] == nil {
+		if !ok || dispatchChains[c].byAddress == nodePort || es[frontend] == nil {
 			continue
 		}
 		chain, ok := strings.CutPrefix(verdict, "goto "+AffinityMapPrefix)

@@ -24,8 +24,9 @@ type frontendKind struct {
 	etpLocal      string
 	backends      string
 	localBackends string
-	// dnatPrefix starts the names of the dnat-N chains of this kind.
-	dnatPrefix string
+	// dnatPrefix starts the names of the dnat-N chains of this kind, and
+	// dnatLocalPrefix those of its dnat-local-N chains.
+	dnatPrefix, dnatLocalPrefix string
 	// byAddress is true when the frontend key starts with the destination address.
 	byAddress bool
 }
@@ -35,13 +36,13 @@ var (
 		dispatch: ChainServiceIPs, noEndpoints: ChainNoEndpointServices, masq: SetExternalMasq,
 		etpChain: ChainETPLocal, etpCluster: ChainETPCluster, etpLocal: ChainETPLocalEndpoints,
 		backends: MapBackends, localBackends: MapLocalBackends,
-		dnatPrefix: "dnat-", byAddress: true,
+		dnatPrefix: "dnat-", dnatLocalPrefix: "dnat-local-", byAddress: true,
 	}
 	nodePortFrontends = frontendKind{
 		dispatch: ChainServiceNodePorts, noEndpoints: ChainNoEndpointNodePorts, masq: SetNodePortMasq,
 		etpChain: ChainNodePortETPLocal, etpCluster: ChainNodePortETPCluster, etpLocal: ChainNodePortETPLocalEndpoints,
 		backends: MapNodePortBackends, localBackends: MapNodePortLocalBackends,
-		dnatPrefix: "nodeport-dnat-",
+		dnatPrefix: "nodeport-dnat-", dnatLocalPrefix: "nodeport-dnat-local-",
 	}
 )
 
@@ -177,7 +178,7 @@ func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string
 // dnatName returns the name of the dnat chain of kind k for n endpoints.
 func (b *builder) dnatName(k *frontendKind, n int, local bool) string {
 	if local {
-		return numbered(k.dnatPrefix+"local-", n)
+		return numbered(k.dnatLocalPrefix, n)
 	}
 	return numbered(k.dnatPrefix, n)
 }
@@ -233,14 +234,18 @@ func (b *builder) backendsName(k *frontendKind, i int, local bool) string {
 	return numbered(name, i)
 }
 
+// keyType returns the type of the frontend keys of kind k.
+func (b *builder) keyType(k *frontendKind) string {
+	if k.byAddress {
+		return b.fam.addrType + " . inet_proto . inet_service"
+	}
+	return "inet_proto . inet_service"
+}
+
 // backendsType returns the type of the backends maps of kind k: frontend key to
 // endpoint address . port.
 func (b *builder) backendsType(k *frontendKind) string {
-	keyType := "inet_proto . inet_service"
-	if k.byAddress {
-		keyType = b.fam.addrType + " . " + keyType
-	}
-	return keyType + " : " + b.fam.addrType + " . inet_service"
+	return b.keyType(k) + " : " + b.fam.addrType + " . inet_service"
 }
 
 // pickChain returns the name of backends map i of the kind, which maps each
@@ -271,27 +276,22 @@ func (b *builder) dispatchElement(c string, key []string, verdict string, sp *se
 	name := ClassSet(c, verdict)
 	if _, ok := b.rs.Sets[name]; !ok {
 		b.rs.Sets[name] = shared(b.fam.v6, kindSet, name, func() *knftables.Set {
-			typ := "inet_proto . inet_service"
-			if !dispatchChains[c] {
-				typ = b.fam.addrType + " . " + typ
-			}
-			return &knftables.Set{Name: name, Type: typ}
+			return &knftables.Set{Name: name, Type: b.keyType(dispatchChains[c])}
 		})
 	}
 	b.rs.AddElement(&knftables.Element{Set: name, Key: slices.Clone(key), Comment: elementComment(sp.id)})
 }
 
-// dispatchChains are the dispatch chains, each true when it dispatches node ports
-// (keyed proto . port) rather than address frontends (address . proto . port).
-var dispatchChains = map[string]bool{
-	ChainServiceIPs:                false,
-	ChainETPCluster:                false,
-	ChainETPLocalEndpoints:         false,
-	ChainNoEndpointServices:        false,
-	ChainServiceNodePorts:          true,
-	ChainNodePortETPCluster:        true,
-	ChainNodePortETPLocalEndpoints: true,
-	ChainNoEndpointNodePorts:       true,
+// dispatchChains are the dispatch chains, with the kind of frontend each dispatches.
+var dispatchChains = map[string]*frontendKind{
+	ChainServiceIPs:                &addressFrontends,
+	ChainETPCluster:                &addressFrontends,
+	ChainETPLocalEndpoints:         &addressFrontends,
+	ChainNoEndpointServices:        &addressFrontends,
+	ChainServiceNodePorts:          &nodePortFrontends,
+	ChainNodePortETPCluster:        &nodePortFrontends,
+	ChainNodePortETPLocalEndpoints: &nodePortFrontends,
+	ChainNoEndpointNodePorts:       &nodePortFrontends,
 }
 
 // IsDispatchChain reports whether name is a dispatch chain: its rules, one per class
@@ -333,23 +333,16 @@ func ClassOf(set string) (chain, verdict string, ok bool) {
 // The chains do not belong to any Service: Build and the Builder add them once the
 // Services' fragments are merged.
 func dispatchChainsOf(rs *Ruleset) *Ruleset {
-	out := New(rs.Family, rs.Table)
-	ip := newFamilyInfo(rs.Family).ip
+	b := &builder{rs: New(rs.Family, rs.Table), fam: newFamilyInfo(rs.Family)}
 	for c := range dispatchChains {
-		out.AddChain(knftables.Chain{Name: c})
+		b.chain(c)
 	}
 	for _, s := range SortedKeys(rs.Sets) {
-		c, verdict, ok := ClassOf(s)
-		if !ok {
-			continue
+		if c, verdict, ok := ClassOf(s); ok {
+			b.rs.AddRule(c, b.keyExpr(dispatchChains[c])+" @"+s+" "+verdict)
 		}
-		key := "meta l4proto . th dport"
-		if !dispatchChains[c] {
-			key = ip + " daddr . " + key
-		}
-		out.AddRule(c, key+" @"+s+" "+verdict)
 	}
-	return out
+	return b.rs
 }
 
 // sharedObjs holds the chains, sets and maps that are a function of the family and
