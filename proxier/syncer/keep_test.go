@@ -19,8 +19,9 @@ import (
 // keepScenario scales one Service of a 20-Service cluster (endpoint counts 1 to 5)
 // to 9 endpoints, back to 1, to 9 again and back to 1, through a Syncer that keeps
 // emptied objects, and checks what stays in the table and what each sync costs.
-// It returns the Syncer and the final state's ruleset.
-func keepScenario(t *testing.T, nft knftables.Interface, limit int) (*Syncer, *ruleset.Ruleset, []Result) {
+// It returns the Syncer and the final state's ruleset; after, if not nil, is called
+// after each step.
+func keepScenario(t *testing.T, nft knftables.Interface, limit int, after func(step int)) (*Syncer, *ruleset.Ruleset, []Result) {
 	t.Helper()
 	ctx := context.Background()
 	st := cluster(20)
@@ -44,6 +45,9 @@ func keepScenario(t *testing.T, nft knftables.Interface, limit int) (*Syncer, *r
 			t.Fatalf("step %d: a full sync; want incremental", step)
 		}
 		results = append(results, res)
+		if after != nil {
+			after(step)
+		}
 	}
 	return s, rs, results
 }
@@ -59,7 +63,7 @@ func chainNames(t *testing.T, nft knftables.Interface) []string {
 
 func TestKeptObjectsMakeTheNextScaleUpCheap(t *testing.T) {
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-	s, rs, res := keepScenario(t, f, 64)
+	s, rs, res := keepScenario(t, f, 64, nil)
 	// The first scale-up creates dnat-9, its backends maps and chains, the class set
 	// and its rule; the second finds them all in place.
 	if res[2].Operations >= res[0].Operations {
@@ -90,39 +94,24 @@ func TestKeptObjectsMakeTheNextScaleUpCheap(t *testing.T) {
 
 func TestSecondScaleUpAddsNoObject(t *testing.T) {
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-	ctx := context.Background()
-	st := cluster(20)
-	name := state.ServiceName{Namespace: "ns", Name: "svc-3"}
-	s := New(f, WithKeepLimit(64))
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
-	rs, d := b.Update(st, nil)
-	if _, err := s.Apply(ctx, rs, d); err != nil {
-		t.Fatal(err)
-	}
-	for i, n := range []int{9, 1, 9} {
-		st = clone(st)
-		setEndpoints(st, name, 3, n)
-		rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
-		if _, err := s.Apply(ctx, rs, d); err != nil {
-			t.Fatal(err)
-		}
+	keepScenario(t, f, 64, func(step int) {
 		tx := f.LastTransaction.String()
-		if i == 2 {
+		if step == 2 {
 			for _, unwanted := range []string{"add chain", "add set", "add map", "flush chain", "add rule", "delete"} {
 				if strings.Contains(tx, unwanted+" ") && !(unwanted == "delete" && strings.Contains(tx, "delete element")) {
 					t.Errorf("second scale-up has %q:\n%s", unwanted, tx)
 				}
 			}
 		}
-		if i == 1 && (strings.Contains(tx, "delete chain") || strings.Contains(tx, "delete set") || strings.Contains(tx, "delete map")) {
+		if step == 1 && (strings.Contains(tx, "delete chain") || strings.Contains(tx, "delete set") || strings.Contains(tx, "delete map")) {
 			t.Errorf("scale-down deleted an object it should keep:\n%s", tx)
 		}
-	}
+	})
 }
 
 func TestKeepLimitTidiesInTheSameSync(t *testing.T) {
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-	_, rs, _ := keepScenario(t, f, 1)
+	_, rs, _ := keepScenario(t, f, 1, nil)
 	// Each scale-down empties more than one object: the sync removes them at once.
 	if diff := cmp.Diff(fresh(t, rs), canonical(f.Dump())); diff != "" {
 		t.Errorf("table differs from a fresh build although the keep limit was exceeded (-want +got):\n%s", diff)
@@ -133,7 +122,7 @@ func TestKeepLimitTidiesInTheSameSync(t *testing.T) {
 // appended dispatch rules, the emptied objects and Tidy's removal of them.
 func TestKernelKeptObjects(t *testing.T) {
 	_, nft := kernelNFT(t, "keep")
-	s, rs, res := keepScenario(t, nft, 64)
+	s, rs, res := keepScenario(t, nft, 64, nil)
 	if res[2].Operations >= res[0].Operations {
 		t.Errorf("second scale-up: %d operations; want fewer than the first's %d", res[2].Operations, res[0].Operations)
 	}
