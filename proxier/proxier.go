@@ -126,8 +126,12 @@ func New(cfg Config) (*Proxier, error) {
 	if err := cfg.Ruleset.Validate(); err != nil {
 		return nil, fmt.Errorf("proxier: %w", err)
 	}
+	// Full syncs load elements over netlink into the kernel's table in this
+	// namespace, which is where DefaultNewNFT's nft writes.
+	var syncOpts []syncer.Option
 	if cfg.NewNFT == nil {
 		cfg.NewNFT = DefaultNewNFT
+		syncOpts = append(syncOpts, syncer.WithNetlinkElements(nil))
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.New()
@@ -156,7 +160,7 @@ func New(cfg Config) (*Proxier, error) {
 			continue
 		}
 		p.families = append(p.families, fam)
-		p.syncers[fam] = syncer.New(nft)
+		p.syncers[fam] = syncer.New(nft, syncOpts...)
 		p.builders[fam] = ruleset.NewBuilder(cfg.Ruleset, fam)
 	}
 	if len(p.families) == 0 {

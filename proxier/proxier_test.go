@@ -15,6 +15,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/health"
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
@@ -337,5 +338,43 @@ func TestNoOpEventKeepsHealthzHealthy(t *testing.T) {
 	clk.Step(2 * time.Minute)
 	if !hz.Healthy() {
 		t.Errorf("a no-op event left healthz waiting for a sync")
+	}
+}
+
+// TestFirstSyncWritesTheBuildThenAdoptsTheBuilder checks the first sync of a
+// family: one full transaction, written from ruleset.Build, then the Builder's
+// ruleset taken over without another transaction (it equals the table), so that
+// the next change is an incremental transaction. A first sync that fails leaves
+// the Builder unused, and the retry starts over.
+func TestFirstSyncWritesTheBuildThenAdoptsTheBuilder(t *testing.T) {
+	p, fs := newTestProxier(t, nil)
+	p.OnServiceUpdate(webService())
+	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a")))
+	v4 := fs[knftables.IPv4Family]
+	v4.setFailing(true)
+	if err := p.Sync(context.Background()); err == nil {
+		t.Fatal("first sync over a failing nft succeeded")
+	}
+	if p.built[knftables.IPv4Family] {
+		t.Error("the failed first sync marked the ip Builder built")
+	}
+	v4.setFailing(false)
+	runs := v4.runs
+	mustSync(t, p)
+	if v4.runs != runs+1 {
+		t.Errorf("first sync ran %d transactions; want 1 (the Builder's ruleset equals the table)", v4.runs-runs)
+	}
+	want := ruleset.Build(p.tracker.State(), p.cfg.Ruleset, knftables.IPv4Family)
+	if d := ruleset.Diff(want, p.syncers[knftables.IPv4Family].Applied()); d.Len() != 0 {
+		t.Errorf("the applied ruleset differs from a fresh Build in %d objects", d.Len())
+	}
+	rs, _ := p.builders[knftables.IPv4Family].Update(p.tracker.State(), map[state.ServiceName]bool{})
+	if p.syncers[knftables.IPv4Family].Applied() != rs {
+		t.Error("the Syncer did not take over the Builder's ruleset")
+	}
+	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a"), ep("10.2.0.6", "node-b")))
+	mustSync(t, p)
+	if tx := lastTransaction(v4); strings.Contains(tx, "add table") || !strings.Contains(tx, "10.2.0.6") {
+		t.Errorf("the change after the first sync is not an incremental transaction:\n%s", tx)
 	}
 }

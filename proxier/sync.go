@@ -7,9 +7,13 @@ import (
 	"maps"
 	"time"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/metrics"
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 // Sync applies the current state: a full sync the first time and after a failure,
@@ -65,16 +69,21 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 func (p *Proxier) apply(ctx context.Context, st *state.ClusterState) (anyFull bool, err error) {
 	var errs []error
 	for _, fam := range p.families {
-		// The first build of a family covers every Service; later ones rebuild only
+		// The first sync of a family covers every Service; later ones rebuild only
 		// the changed Services, so a sync costs O(what changed).
-		changed := p.changed
-		if !p.built[fam] {
-			changed = nil
+		var res syncer.Result
+		var err error
+		if p.built[fam] {
+			rs, delta := p.builders[fam].Update(st, p.changed)
+			res, err = p.syncers[fam].Apply(ctx, rs, delta)
+		} else {
+			res, err = p.firstSync(ctx, fam, st)
 		}
-		rs, delta := p.builders[fam].Update(st, changed)
-		p.built[fam] = true
-		res, err := p.syncers[fam].Apply(ctx, rs, delta)
 		anyFull = anyFull || res.Full
+		if res.Fallback != nil {
+			p.log.Warn("full sync loaded its elements through nft after netlink failed; later full syncs use nft only",
+				"family", string(fam), "err", res.Fallback)
+		}
 		if res.Operations > 0 {
 			p.metrics.SyncOperations.WithLabelValues(string(fam), metrics.SyncType(res.Full)).Observe(float64(res.Operations))
 		}
@@ -84,13 +93,34 @@ func (p *Proxier) apply(ctx context.Context, st *state.ClusterState) (anyFull bo
 			errs = append(errs, err)
 			continue
 		}
-		p.metrics.TableObjects.WithLabelValues(string(fam)).Set(float64(rs.NumObjects()))
-		p.log.Debug("synced", "family", string(fam), "full", res.Full, "operations", res.Operations)
+		p.metrics.TableObjects.WithLabelValues(string(fam)).Set(float64(p.syncers[fam].Applied().NumObjects()))
+		p.log.Debug("synced", "family", string(fam), "full", res.Full, "operations", res.Operations, "netlink_elements", res.NetlinkElements)
 	}
 	if len(errs) > 0 {
 		return anyFull, fmt.Errorf("proxier: sync: %w", errors.Join(errs...))
 	}
 	return anyFull, nil
+}
+
+// firstSync writes a family's table for the first time. It programs the kernel
+// from a from-scratch ruleset.Build, which takes less time than the Builder's
+// first Update as it keeps no index of which Service owns which object (at 50,000
+// Services, 2.3-2.5 s against 3.3-4.0 s, each in a fresh process). Only then does
+// the Builder index every Service, and the Syncer diffs the Builder's ruleset
+// against the table it just wrote, which normally takes no nft operation. Later
+// syncs apply the Builder's deltas.
+func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state.ClusterState) (syncer.Result, error) {
+	s := p.syncers[fam]
+	res, err := s.Sync(ctx, ruleset.Build(st, p.cfg.Ruleset, fam))
+	if err != nil {
+		return res, err
+	}
+	rs, _ := p.builders[fam].Update(st, nil)
+	p.built[fam] = true
+	adopt, err := s.Sync(ctx, rs)
+	res.Operations += adopt.Operations
+	res.AffinityMoves = append(res.AffinityMoves, adopt.AffinityMoves...)
+	return res, err
 }
 
 // takeChanges moves the Tracker's changed Services and the recorded change times

@@ -5,6 +5,7 @@ package syncer
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -40,6 +41,13 @@ type Syncer struct {
 	// (keep is nil when keepLimit is 0).
 	keepLimit int
 	keep      *keeper
+	// netlink makes full syncs load set and map elements over netlink when that is
+	// safe (see fullSync); load does it (loadElements, or a test's stand-in).
+	netlink bool
+	load    func(context.Context, *ruleset.Ruleset, []*container) (int, error)
+	// structure identifies the table's chains, rules, sets and maps (not elements)
+	// as of the last successful sync, or is "" when unknown (see structureOf).
+	structure string
 }
 
 // Result describes one sync.
@@ -53,6 +61,12 @@ type Result struct {
 	// depend on the element grouping, and is what knftables.Transaction.NumOperations
 	// reports for the same transaction written one element per command.
 	Operations int
+	// NetlinkElements is the number of elements a full sync loaded over netlink
+	// rather than through nft (they count in Operations too).
+	NetlinkElements int
+	// Fallback is why a full sync wrote the whole table through nft after its
+	// netlink element load failed (nil when it did not).
+	Fallback error
 	// AffinityMoves are the session-affinity record moves made after the
 	// transaction (see ruleset.AffinityMoves): none unless the endpoints of a
 	// Service with session affinity changed.
@@ -75,6 +89,23 @@ func WithElementGroup(n int) Option {
 	return func(s *Syncer) { s.group = max(n, 1) }
 }
 
+// WithNetlinkElements makes full syncs load set and map elements over netlink
+// (see Syncer.fullSync) through a netlink socket opened inside do, which must run
+// its argument in the network namespace where nft writes the table (nil: opened by
+// the calling goroutine, for a process that stays in one namespace). The
+// elements go to the table of that name there. It is off by default, and always
+// off through an in-memory fake.
+func WithNetlinkElements(do func(func() error) error) Option {
+	return func(s *Syncer) {
+		s.netlink = true
+		if do != nil {
+			s.load = func(ctx context.Context, rs *ruleset.Ruleset, conts []*container) (int, error) {
+				return loadElements(ctx, rs, conts, do)
+			}
+		}
+	}
+}
+
 // New returns a Syncer that applies rulesets through nft. Its first sync is full.
 //
 // Full syncs write set and map elements DefaultElementGroup to an "add element"
@@ -86,12 +117,18 @@ func WithElementGroup(n int) Option {
 // ParseDump methods, such as a struct embedding one — elements are not grouped. A
 // wrapper that hides a Fake behind other methods must pass WithElementGroup(1).
 func New(nft knftables.Interface, opts ...Option) *Syncer {
-	s := &Syncer{nft: nft, full: true, group: DefaultElementGroup, keepLimit: DefaultKeepLimit}
+	s := &Syncer{nft: nft, full: true, group: DefaultElementGroup, keepLimit: DefaultKeepLimit,
+		load: func(ctx context.Context, rs *ruleset.Ruleset, conts []*container) (int, error) {
+			return loadElements(ctx, rs, conts, nil)
+		}}
 	if isFake(nft) {
 		s.group, s.keepLimit = 1, 0
 	}
 	for _, o := range opts {
 		o(s)
+	}
+	if isFake(nft) {
+		s.netlink = false
 	}
 	if s.keepLimit > 0 {
 		s.keep = newKeeper()
@@ -216,6 +253,9 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 		return res, fmt.Errorf("incremental sync of table %s %s (%d operations): %w", desired.Family, desired.Table, res.Operations, err)
 	}
 	s.applied = desired
+	if s.netlink && (len(delta.Chains) > 0 || len(delta.Sets) > 0 || len(delta.Maps) > 0) {
+		s.structure = structureOf(desired)
+	}
 	for name, c := range delta.Sets {
 		if c.New == nil {
 			delete(s.setDefs, name)
@@ -253,7 +293,7 @@ func (s *Syncer) Tidy(ctx context.Context) (Result, error) {
 
 // forgetDefs marks the definitions of the table's sets and maps unknown: after a
 // failed nft run, the Syncer cannot tell whether the kernel took the transaction.
-func (s *Syncer) forgetDefs() { s.setDefs, s.mapDefs = nil, nil }
+func (s *Syncer) forgetDefs() { s.setDefs, s.mapDefs, s.structure = nil, nil, "" }
 
 // fullSync rewrites the table: existing chains, sets and maps are flushed, the desired
 // ruleset is added, and objects that are no longer wanted are deleted — all in one
@@ -269,15 +309,90 @@ func (s *Syncer) forgetDefs() { s.setDefs, s.mapDefs = nil, nil }
 // definition in place (the kernel does so for the timeout) or fails on a changed type
 // or flags, which takes the fallback that recreates the table. (Linux 6.18 updates
 // a set's timeout in place; older kernels may keep the old timeout.)
+//
+// With netlink loading on (WithNetlinkElements), when the table has no chains yet
+// or its chains, rules, sets and maps are those of desired (as the Syncer applied
+// them last), the elements of the sets and maps go over netlink instead: nft
+// writes everything else, then one netlink batch flushes those sets and maps and
+// adds their elements, atomically. Between the two the rules are those wanted, and
+// the elements of the last sync stay in place. Otherwise — a restarted proxier
+// adopting a table, or a full sync that changes rules — the single nft transaction
+// keeps the switch atomic. Should the netlink load fail, the whole table is written
+// through nft after all (Result.Fallback says why), and later full syncs use nft
+// only.
 func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
+	existing, err := s.listExisting(ctx, desired)
+	if err != nil {
+		return Result{Full: true}, err
+	}
+	var conts []*container
+	if s.netlink && (len(existing["chain"]) == 0 || (s.structure != "" && s.structure == structureOf(desired))) {
+		conts = netlinkContainers(desired)
+	}
+	skip := make(map[string]bool, len(conts))
+	for _, c := range conts {
+		skip[c.name] = true
+	}
+	res, err := s.writeAll(ctx, desired, existing, skip)
+	if err == nil && len(conts) > 0 {
+		n, lerr := s.load(ctx, desired, conts)
+		if lerr == nil {
+			res.NetlinkElements = n
+			res.Operations += n
+			for _, name := range slices.Concat(existing["set"], existing["map"]) {
+				if skip[name] {
+					res.Operations++ // its flush
+				}
+			}
+		} else {
+			s.netlink = false
+			if existing, err = s.listExisting(ctx, desired); err == nil {
+				res, err = s.writeAll(ctx, desired, existing, nil)
+			}
+			res.Fallback = lerr
+			if err != nil {
+				err = fmt.Errorf("%w (after the netlink element load failed: %v)", err, lerr)
+			}
+		}
+	}
+	if err != nil {
+		return res, err
+	}
+	s.applied = desired
+	s.full = false
+	s.keep.reset()
+	s.setDefs, s.mapDefs = maps.Clone(desired.Sets), maps.Clone(desired.Maps)
+	if s.setDefs == nil {
+		s.setDefs = map[string]*knftables.Set{}
+	}
+	if s.mapDefs == nil {
+		s.mapDefs = map[string]*knftables.Map{}
+	}
+	if s.netlink {
+		s.structure = structureOf(desired)
+	}
+	return res, nil
+}
+
+// listExisting lists the objects of desired's table in the kernel: nil when there
+// is no such table.
+func (s *Syncer) listExisting(ctx context.Context, desired *ruleset.Ruleset) (map[string][]string, error) {
 	existing, err := s.nft.ListAll(ctx)
 	if err != nil && !notFound(err) {
 		s.full = true
-		return Result{Full: true}, fmt.Errorf("full sync of table %s %s: listing existing objects: %w", desired.Family, desired.Table, err)
+		return nil, fmt.Errorf("full sync of table %s %s: listing existing objects: %w", desired.Family, desired.Table, err)
 	}
 	if existing != nil {
 		existing["set"], existing["map"] = named(existing["set"]), named(existing["map"])
 	}
+	return existing, nil
+}
+
+// writeAll runs the transaction of a full sync over the existing objects: all of
+// desired but the elements of the sets and maps in skip, which it leaves alone
+// (they are loaded over netlink). Should it fail, it deletes and recreates the
+// table instead.
+func (s *Syncer) writeAll(ctx context.Context, desired *ruleset.Ruleset, existing map[string][]string, skip map[string]bool) (Result, error) {
 	tx := s.nft.NewTransaction()
 	tx.Add(desired.TableObject())
 	for _, name := range existing["chain"] {
@@ -292,7 +407,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 			// A set cannot be re-added over one of another definition; it is added
 			// again with the rest of the ruleset.
 			tx.Delete(&knftables.Set{Name: name})
-		case !slices.Contains(want.Flags, knftables.DynamicFlag):
+		case !slices.Contains(want.Flags, knftables.DynamicFlag) && !skip[name]:
 			tx.Flush(&knftables.Set{Name: name})
 		}
 	}
@@ -303,11 +418,11 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 			tx.Flush(&knftables.Map{Name: name})
 		case changed(s.mapDefs, name, want):
 			tx.Delete(&knftables.Map{Name: name})
-		case !slices.Contains(want.Flags, knftables.DynamicFlag):
+		case !slices.Contains(want.Flags, knftables.DynamicFlag) && !skip[name]:
 			tx.Flush(&knftables.Map{Name: name})
 		}
 	}
-	merged := s.addAll(tx, desired)
+	merged := s.addAll(tx, desired, skip)
 	for _, name := range existing["chain"] {
 		if _, ok := desired.Chains[name]; !ok {
 			tx.Delete(&knftables.Chain{Name: name})
@@ -329,7 +444,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 		tx = s.nft.NewTransaction()
 		tx.Add(desired.TableObject())
 		tx.Delete(desired.TableObject())
-		merged = s.addAll(tx, desired)
+		merged = s.addAll(tx, desired, skip)
 		res.Operations = tx.NumOperations() + merged
 		if err2 := s.nft.Run(ctx, tx); err2 != nil {
 			s.full = true
@@ -338,17 +453,45 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 			return res, fmt.Errorf("full sync of table %s %s: %w (recreating the table: %v)", desired.Family, desired.Table, err, err2)
 		}
 	}
-	s.applied = desired
-	s.full = false
-	s.keep.reset()
-	s.setDefs, s.mapDefs = maps.Clone(desired.Sets), maps.Clone(desired.Maps)
-	if s.setDefs == nil {
-		s.setDefs = map[string]*knftables.Set{}
-	}
-	if s.mapDefs == nil {
-		s.mapDefs = map[string]*knftables.Map{}
-	}
 	return res, nil
+}
+
+// structureOf identifies the chains, rules, sets and maps of rs, leaving out the
+// elements: a digest of the nft commands that create them. It costs O(chains +
+// rules + sets + maps), which does not grow with the number of Services.
+func structureOf(rs *ruleset.Ruleset) string {
+	bare := *rs
+	bare.Elements = nil
+	tx := knftables.NewFake(rs.Family, rs.Table).NewTransaction()
+	bare.AddTo(tx)
+	sum := sha256.Sum256([]byte(tx.String()))
+	return string(sum[:])
+}
+
+// netlinkContainers returns the sets and maps of rs whose elements a full sync
+// can load over netlink: those that are not dynamic (their elements are the
+// kernel's) and whose elements the loader encodes (see containerOf).
+func netlinkContainers(rs *ruleset.Ruleset) []*container {
+	var conts []*container
+	for _, name := range ruleset.SortedKeys(rs.Sets) {
+		set := rs.Sets[name]
+		if slices.Contains(set.Flags, knftables.DynamicFlag) {
+			continue
+		}
+		if c, err := containerOf(set, nil); err == nil {
+			conts = append(conts, c)
+		}
+	}
+	for _, name := range ruleset.SortedKeys(rs.Maps) {
+		m := rs.Maps[name]
+		if slices.Contains(m.Flags, knftables.DynamicFlag) {
+			continue
+		}
+		if c, err := containerOf(nil, m); err == nil {
+			conts = append(conts, c)
+		}
+	}
+	return conts
 }
 
 // named drops the anonymous sets and maps (__set0, __map3: the kernel's names for
@@ -377,15 +520,18 @@ func changed[T any](defs map[string]*T, name string, want *T) bool {
 }
 
 // addAll queues the whole of rs on tx, as rs.AddTo does, but with the elements
-// grouped s.group to a command. It returns the number of elements written in a
+// grouped s.group to a command, and without those of the sets and maps in skip. It returns the number of elements written in a
 // command of an earlier element, to be added to tx.NumOperations() for the count
 // of operations.
-func (s *Syncer) addAll(tx *knftables.Transaction, rs *ruleset.Ruleset) (merged int) {
+func (s *Syncer) addAll(tx *knftables.Transaction, rs *ruleset.Ruleset, skip map[string]bool) (merged int) {
 	bare := *rs
 	bare.Elements = nil
 	bare.AddTo(tx) // the table, chains, sets, maps and rules, in AddTo's order
 	var b strings.Builder
 	for _, cont := range ruleset.SortedKeys(rs.Elements) {
+		if skip[cont] {
+			continue
+		}
 		es := rs.Elements[cont]
 		keys := ruleset.SortedKeys(es)
 		for len(keys) > 0 {

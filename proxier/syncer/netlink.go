@@ -1,0 +1,285 @@
+package syncer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
+)
+
+// messageElements bounds the encoded elements of one NEWSETELEM message: they
+// form one netlink attribute, whose length is 16 bits. An element takes at most
+// elementMax bytes (its comment at most 255).
+const (
+	messageElements = 1<<16 - 1 - elementMax
+	elementMax      = 1 << 10
+)
+
+// loadTimeout bounds the wait for the kernel's answer to an element batch when
+// ctx has no deadline.
+const loadTimeout = 2 * time.Minute
+
+// batch is an nf_tables batch of netlink messages written into one buffer: the
+// kernel reads a batch from the buffer of one sendmsg. Its parts are encoded
+// apart, then joined.
+type batch struct {
+	b []byte
+	// names are the set or map each message is about, by sequence number - 1.
+	names []string
+	// msg is where the message being written starts.
+	msg int
+}
+
+// begin starts a message of type typ with flags, about the set or map name. Its
+// sequence number is set when the message is joined to a batch.
+func (w *batch) begin(typ, flags uint16, name string) {
+	w.msg = len(w.b)
+	w.names = append(w.names, name)
+	w.b = binary.NativeEndian.AppendUint32(w.b, 0) // length, set by end
+	w.b = binary.NativeEndian.AppendUint16(w.b, typ)
+	w.b = binary.NativeEndian.AppendUint16(w.b, flags|unix.NLM_F_REQUEST)
+	w.b = binary.NativeEndian.AppendUint32(w.b, 0) // sequence
+	w.b = binary.NativeEndian.AppendUint32(w.b, 0) // port: the kernel
+}
+
+// end sets the length of the message being written.
+func (w *batch) end() {
+	binary.NativeEndian.PutUint32(w.b[w.msg:], uint32(len(w.b)-w.msg))
+}
+
+// control writes NFNL_MSG_BATCH_BEGIN or _END.
+func (w *batch) control(typ uint16) {
+	w.begin(typ, 0, "")
+	w.b = append(w.b, unix.AF_UNSPEC, unix.NFNETLINK_V0)
+	w.b = binary.BigEndian.AppendUint16(w.b, unix.NFNL_SUBSYS_NFTABLES)
+	w.end()
+}
+
+// elements starts a NEWSETELEM or DELSETELEM message for the set or map name of
+// table: the nfgenmsg header, and the table and set attributes.
+func (w *batch) elements(typ uint16, family byte, table, name string) {
+	flags := uint16(0)
+	if typ == unix.NFT_MSG_NEWSETELEM {
+		flags = unix.NLM_F_CREATE
+	}
+	w.begin(unix.NFNL_SUBSYS_NFTABLES<<8|typ, flags, name)
+	w.b = append(w.b, family, unix.NFNETLINK_V0, 0, 0)
+	w.b = appendString(w.b, unix.NFTA_SET_ELEM_LIST_TABLE, table)
+	w.b = appendString(w.b, unix.NFTA_SET_ELEM_LIST_SET, name)
+}
+
+// join appends the messages of part to w, numbering them.
+func (w *batch) join(part *batch) {
+	for i, off := 0, 0; off < len(part.b); i++ {
+		l := int(binary.NativeEndian.Uint32(part.b[off:]))
+		w.msg = len(w.b)
+		w.b = append(w.b, part.b[off:off+l]...)
+		w.names = append(w.names, part.names[i])
+		binary.NativeEndian.PutUint32(w.b[w.msg+8:], uint32(len(w.names)))
+		off += l
+	}
+}
+
+// loadElements replaces the elements of the sets and maps conts of rs in the
+// kernel's table with those of rs, in one nf_tables batch over netlink: for each
+// container a flush, then its elements, some thousand to a message. The kernel
+// applies the batch atomically. Every container must exist in the table. The
+// netlink socket is opened inside do (when not nil), which puts it in the
+// namespace of the table. It returns the number of elements written.
+//
+// This is what "nft -f" does with "flush set" and "add element" commands, without
+// nft's parser: nft 1.0.6 spent 3.0-4.5 s of user time on the 746k elements of
+// 50,000 Services. The containers are encoded in parallel, each straight into a
+// buffer of its own: google/nftables builds slices of attributes per element, and
+// mdlayher/netlink copies the messages again into a growing buffer, which took 1.9
+// s and 1.1 s for the same elements.
+func loadElements(ctx context.Context, rs *ruleset.Ruleset, conts []*container, do func(func() error) error) (int, error) {
+	family := byte(unix.NFPROTO_IPV4)
+	if rs.Family == knftables.IPv6Family {
+		family = unix.NFPROTO_IPV6
+	}
+	parts := make([]*batch, len(conts))
+	errs := make([]error, len(conts))
+	var wg sync.WaitGroup
+	next := make(chan int, len(conts))
+	for i := range conts {
+		next <- i
+	}
+	close(next)
+	for range min(runtime.GOMAXPROCS(0), len(conts)) {
+		wg.Go(func() {
+			for i := range next {
+				parts[i], errs[i] = encodeContainer(family, rs, conts[i])
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	n, size := 0, 64
+	for i, p := range parts {
+		n += len(rs.Elements[conts[i].name])
+		size += len(p.b)
+	}
+	w := &batch{b: make([]byte, 0, size)}
+	w.control(unix.NFNL_MSG_BATCH_BEGIN)
+	for _, p := range parts {
+		w.join(p)
+	}
+	// The last message asks for an acknowledgement: the kernel sends it once the
+	// batch is committed, after the error of any message that failed (which aborts
+	// the whole batch).
+	last := uint32(len(w.names))
+	binary.NativeEndian.PutUint16(w.b[w.msg+6:], binary.NativeEndian.Uint16(w.b[w.msg+6:])|unix.NLM_F_ACK)
+	w.control(unix.NFNL_MSG_BATCH_END)
+	if err := w.send(ctx, last, do); err != nil {
+		return 0, fmt.Errorf("loading %d elements into %d sets and maps of table %s %s over netlink: %w", n, len(conts), rs.Family, rs.Table, err)
+	}
+	return n, nil
+}
+
+// encodeContainer returns the messages that flush the set or map c and add the
+// elements rs has for it.
+func encodeContainer(family byte, rs *ruleset.Ruleset, c *container) (*batch, error) {
+	es := rs.Elements[c.name]
+	w := &batch{b: make([]byte, 0, 64*len(es)+1<<10)}
+	w.elements(unix.NFT_MSG_DELSETELEM, family, rs.Table, c.name)
+	w.end()
+	list := -1
+	for _, e := range es {
+		if list < 0 {
+			w.elements(unix.NFT_MSG_NEWSETELEM, family, rs.Table, c.name)
+			w.b, list = beginNest(w.b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+		}
+		start := len(w.b)
+		var err error
+		if w.b, err = c.appendElement(w.b, e); err != nil {
+			return nil, err
+		}
+		if len(w.b)-start > elementMax {
+			return nil, fmt.Errorf("element %q of %s: %d bytes encoded, more than %d", ruleset.ElementKey(e), c.name, len(w.b)-start, elementMax)
+		}
+		if len(w.b)-list > messageElements {
+			w.b = endAttr(w.b, list)
+			w.end()
+			list = -1
+		}
+	}
+	if list >= 0 {
+		w.b = endAttr(w.b, list)
+		w.end()
+	}
+	return w, nil
+}
+
+// send sends the batch in one sendmsg on a netlink socket opened inside do (or by
+// the calling goroutine), and waits for the acknowledgement of message last or an
+// error.
+func (w *batch) send(ctx context.Context, last uint32, do func(func() error) error) error {
+	var fd int
+	open := func() (err error) {
+		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		return err
+	}
+	if do == nil {
+		do = func(f func() error) error { return f() }
+	}
+	if err := do(open); err != nil {
+		return fmt.Errorf("netlink socket: %w", err)
+	}
+	defer unix.Close(fd)
+	// The batch can be far larger than net.core.wmem_max; errors name what failed
+	// and do not echo the message back.
+	for _, o := range []struct{ opt, val int }{
+		{unix.SO_SNDBUFFORCE, len(w.b) + 1<<20},
+		{unix.SO_RCVBUFFORCE, 1 << 20},
+	} {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
+			return fmt.Errorf("netlink socket buffer of %d bytes: %w", o.val, err)
+		}
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
+	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(loadTimeout)
+	}
+	tv := unix.NsecToTimeval(max(time.Until(deadline), time.Millisecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fmt.Errorf("netlink socket timeout: %w", err)
+	}
+	if err := unix.Sendto(fd, w.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return fmt.Errorf("sending a batch of %d messages (%d bytes): %w", len(w.names), len(w.b), err)
+	}
+	buf := make([]byte, 1<<16)
+	for {
+		nr, _, err := unix.Recvfrom(fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("waiting for the kernel's answer: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:nr])
+		if err != nil {
+			return fmt.Errorf("reading the kernel's answer: %w", err)
+		}
+		for _, m := range msgs {
+			if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 {
+				continue
+			}
+			if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
+				return w.failure(m, syscall.Errno(-code))
+			}
+			if m.Header.Seq == last {
+				return nil
+			}
+		}
+	}
+}
+
+// failure describes the error errno the kernel answered to a message of the
+// batch: the set or map it was about, and the kernel's extended-ack text if any.
+func (w *batch) failure(m syscall.NetlinkMessage, errno syscall.Errno) error {
+	var what string
+	if len(m.Data) >= 20 {
+		if seq := binary.NativeEndian.Uint32(m.Data[12:]); seq >= 1 && int(seq) <= len(w.names) && w.names[seq-1] != "" {
+			what = w.names[seq-1] + ": "
+		}
+	}
+	err := fmt.Errorf("%s%w", what, errno)
+	if m.Header.Flags&unix.NLM_F_ACK_TLVS == 0 || len(m.Data) < 20 {
+		return err
+	}
+	// With NETLINK_CAP_ACK the error carries the header of the failed message only,
+	// then the extended-ack attributes.
+	for tlv := m.Data[20:]; len(tlv) >= 4; {
+		l, typ := int(binary.NativeEndian.Uint16(tlv)), binary.NativeEndian.Uint16(tlv[2:])
+		if l < 4 || l > len(tlv) {
+			break
+		}
+		if typ == unix.NLMSGERR_ATTR_MSG {
+			return fmt.Errorf("%w (%s)", err, strings.TrimRight(string(tlv[4:l]), "\x00"))
+		}
+		tlv = tlv[(l+3)&^3:]
+	}
+	return err
+}
+
+// appendString appends a string attribute, NUL-terminated.
+func appendString(b []byte, typ uint16, s string) []byte {
+	b, start := beginAttr(b, typ)
+	b = append(b, s...)
+	return endAttr(append(b, 0), start)
+}

@@ -1,0 +1,290 @@
+package syncer
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
+	"github.com/nftproxy/nftproxy/proxier/state"
+)
+
+// TestLayoutEncode checks the bytes of keys and values: concatenations take 32-bit
+// registers per field, a single field its own length.
+func TestLayoutEncode(t *testing.T) {
+	for _, tc := range []struct {
+		typ    string
+		fields []string
+		want   string
+	}{
+		{"ipv4_addr . inet_proto . inet_service", []string{"10.0.0.1", "tcp", "80"}, "0a000001" + "06000000" + "00500000"},
+		{"ipv4_addr . inet_proto . inet_service", []string{"10.0.0.1 . udp . 53"}, "0a000001" + "11000000" + "00350000"},
+		{"inet_proto . inet_service", []string{"sctp", "30000"}, "84000000" + "75300000"},
+		{"inet_proto . inet_service", []string{"47", "1"}, "2f000000" + "00010000"},
+		{"inet_service", []string{"8080"}, "1f90"},
+		{"ipv4_addr", []string{"192.0.2.1"}, "c0000201"},
+		{"ipv4_addr . inet_service", []string{"10.1.0.5", "8443"}, "0a010005" + "20fb0000"},
+		{"ipv6_addr . ipv6_addr", []string{"fd00::1", "fd00::1"}, "fd000000000000000000000000000001" + "fd000000000000000000000000000001"},
+	} {
+		l, err := parseLayout(tc.typ)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.typ, err)
+		}
+		b, err := l.encode(nil, tc.fields)
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.typ, tc.fields, err)
+		}
+		if got := hex.EncodeToString(b); got != tc.want {
+			t.Errorf("%s %q = %s; want %s", tc.typ, tc.fields, got, tc.want)
+		}
+	}
+}
+
+// TestEncodeErrors checks that what the loader cannot encode is refused with the
+// element, the container and the field named, and that containers whose elements
+// are left to nft are recognised.
+func TestEncodeErrors(t *testing.T) {
+	c, err := containerOf(nil, &knftables.Map{Name: "backends-0", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		e    knftables.Element
+		want string
+	}{
+		{knftables.Element{Key: []string{"10.0.0.300", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}},
+			`element "10.0.0.300 . tcp . 80" of backends-0: key: field "10.0.0.300": not an IPv4 address`},
+		{knftables.Element{Key: []string{"fd00::1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}},
+			`element "fd00::1 . tcp . 80" of backends-0: key: field "fd00::1": not an IPv4 address`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tpc", "80"}, Value: []string{"10.1.0.1", "80"}},
+			`key: field "tpc": not a protocol`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80-90"}, Value: []string{"10.1.0.1", "80"}},
+			`key: field "80-90": not a port number`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tcp"}, Value: []string{"10.1.0.1", "80"}},
+			`key: 2 fields where the type has 3`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}},
+			`a value is needed exactly for map elements`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "http"}},
+			`value: field "http": not a port number`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}, Comment: knftables.PtrTo(strings.Repeat("x", 255))},
+			`comment of 255 bytes is too long`},
+	} {
+		_, err := c.appendElement(nil, &tc.e)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("element %q: error %v; want one containing %q", tc.e.Key, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		set  *knftables.Set
+		want string
+	}{
+		{&knftables.Set{Name: "firewall-allow", Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}, "interval"},
+		{&knftables.Set{Name: "t", TypeOf: "ip daddr"}, "typeof"},
+		{&knftables.Set{Name: "e", Type: "ether_addr"}, `field "ether_addr"`},
+	} {
+		if _, err := containerOf(tc.set, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("set %s: error %v; want one containing %q", tc.set.Name, err, tc.want)
+		}
+	}
+}
+
+// netlinkNFT returns a namespace and a real nft for testConfig's table in it, and
+// a Syncer that loads elements over netlink into that namespace.
+func netlinkSyncer(t *testing.T, name string, family knftables.Family, opts ...Option) (*lab.NS, knftables.Interface, *Syncer) {
+	t.Helper()
+	ns, _ := kernelNFT(t, name)
+	nft, err := lab.NFT(ns, family, testConfig.Table, knftables.UseNetlink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, nft, New(nft, append([]Option{WithNetlinkElements(ns.Do)}, opts...)...)
+}
+
+// listTable returns nft's listing of testConfig's table of family in ns.
+func listTable(t *testing.T, ns *lab.NS, family knftables.Family) string {
+	t.Helper()
+	out, err := ns.Exec(context.Background(), "", "nft", "list", "table", string(family), testConfig.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestKernelNetlinkFullSync loads a ruleset's elements over netlink into a new
+// table and checks that nft lists the table exactly as it lists the same ruleset
+// written by nft alone, in another namespace: keys, values and comments.
+func TestKernelNetlinkFullSync(t *testing.T) {
+	ctx := context.Background()
+	rs := ruleset.Build(cluster(60), testConfig, knftables.IPv4Family)
+	ns, nft, s := netlinkSyncer(t, "nl", knftables.IPv4Family)
+	res, err := s.Sync(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, c := range netlinkContainers(rs) {
+		want += len(rs.Elements[c.name])
+	}
+	if res.NetlinkElements != want || want < 100 {
+		t.Errorf("NetlinkElements = %d; want %d (all elements but those left to nft)", res.NetlinkElements, want)
+	}
+	if res.Fallback != nil {
+		t.Errorf("Fallback = %v", res.Fallback)
+	}
+	checkKernelTable(t, nft, rs, nil)
+
+	refNS, refNFT := kernelNFT(t, "nlref")
+	if res, err := New(refNFT).Sync(ctx, rs); err != nil || res.NetlinkElements != 0 {
+		t.Fatalf("reference sync through nft: %+v, %v", res, err)
+	}
+	if diff := cmp.Diff(listTable(t, refNS, knftables.IPv4Family), listTable(t, ns, knftables.IPv4Family)); diff != "" {
+		t.Errorf("nft's listing of the table loaded over netlink (-nft only +netlink):\n%s", diff)
+	}
+}
+
+// TestKernelNetlinkIPv6 is TestKernelNetlinkFullSync for an ip6 table with every
+// field type of the IPv6 ruleset.
+func TestKernelNetlinkIPv6(t *testing.T) {
+	ctx := context.Background()
+	rs := ruleset.New(knftables.IPv6Family, testConfig.Table)
+	rs.AddSet(&knftables.Set{Name: "ips", Type: "ipv6_addr . inet_proto . inet_service"})
+	rs.AddSet(&knftables.Set{Name: "hairpin", Type: "ipv6_addr . ipv6_addr"})
+	rs.AddSet(&knftables.Set{Name: "ports", Type: "inet_proto . inet_service"})
+	rs.AddMap(&knftables.Map{Name: "backends", Type: "ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service"})
+	for i := range 300 {
+		vip, ep := fmt.Sprintf("fd00:30::%x", i), fmt.Sprintf("fd00:1:%x::5", i)
+		rs.AddElement(&knftables.Element{Set: "ips", Key: []string{vip, "udp", "53"}, Comment: knftables.PtrTo(fmt.Sprintf("ns/svc-%d/udp/dns", i))})
+		rs.AddElement(&knftables.Element{Set: "hairpin", Key: []string{ep, ep}})
+		rs.AddElement(&knftables.Element{Set: "ports", Key: []string{"sctp", fmt.Sprint(30000 + i)}})
+		rs.AddElement(&knftables.Element{Map: "backends", Key: []string{vip, "udp", "53"}, Value: []string{ep, "5353"}})
+	}
+	ns, _, s := netlinkSyncer(t, "nl6", knftables.IPv6Family)
+	if res, err := s.Sync(ctx, rs); err != nil || res.NetlinkElements != 1200 {
+		t.Fatalf("sync: %+v, %v; want 1200 elements over netlink", res, err)
+	}
+	refNS, _ := kernelNFT(t, "nl6ref")
+	refNFT, err := lab.NFT(refNS, knftables.IPv6Family, testConfig.Table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(refNFT).Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(listTable(t, refNS, knftables.IPv6Family), listTable(t, ns, knftables.IPv6Family)); diff != "" {
+		t.Errorf("nft's listing of the ip6 table loaded over netlink (-nft only +netlink):\n%s", diff)
+	}
+}
+
+// TestKernelNetlinkResync checks when a full sync over an existing table loads its
+// elements over netlink: when the Syncer applied the table's rules itself and they
+// stay (a periodic resync, which also repairs elements changed behind its back),
+// and not when the rules change or a new Syncer adopts the table.
+func TestKernelNetlinkResync(t *testing.T) {
+	ctx := context.Background()
+	st := cluster(40)
+	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	ns, nft, s := netlinkSyncer(t, "nlre", knftables.IPv4Family)
+	rs, d := b.Update(st, nil)
+	if res, err := s.Apply(ctx, rs, d); err != nil || res.NetlinkElements == 0 {
+		t.Fatalf("first sync: %+v, %v; want elements over netlink", res, err)
+	}
+	// Element changes only, then a drifted element and a missing one.
+	for i, n := range []int{3, 0, 2} {
+		st = clone(st)
+		name := state.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", i)}
+		setEndpoints(st, name, i, n)
+		rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
+		if res, err := s.Apply(ctx, rs, d); err != nil || res.Full {
+			t.Fatalf("update %d: %+v, %v; want incremental", i, res, err)
+		}
+	}
+	if err := ns.NFTApply(ctx, fmt.Sprintf("add element ip %s %s { 10.9.9.9 }\nflush set ip %s %s\n",
+		testConfig.Table, ruleset.SetClusterIPs, testConfig.Table, ruleset.SetHairpin)); err != nil {
+		t.Fatal(err)
+	}
+	s.RequestFullSync()
+	res, err := s.Apply(ctx, rs, d)
+	if err != nil || !res.Full || res.NetlinkElements == 0 {
+		t.Fatalf("resync: %+v, %v; want a full sync with elements over netlink", res, err)
+	}
+	checkKernelTable(t, nft, rs, nil)
+
+	// A change of rules: one Service gets a new endpoint count, which adds chains.
+	st = clone(st)
+	name := state.ServiceName{Namespace: "ns", Name: "svc-7"}
+	setEndpoints(st, name, 7, 23)
+	rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
+	before := structureOf(rs)
+	s.RequestFullSync()
+	if res, err := s.Apply(ctx, rs, d); err != nil || !res.Full || res.NetlinkElements != 0 {
+		t.Fatalf("full sync that changes rules: %+v, %v; want it all through nft", res, err)
+	}
+	checkKernelTable(t, nft, rs, nil)
+	if s.structure != before {
+		t.Errorf("the Syncer does not remember the structure it applied")
+	}
+
+	// A new Syncer does not know the rules in the table.
+	s2 := New(nft, WithNetlinkElements(ns.Do))
+	if res, err := s2.Sync(ctx, ruleset.Build(st, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements != 0 {
+		t.Fatalf("adopting the table: %+v, %v; want it all through nft", res, err)
+	}
+	// Its next full sync, of the same rules, goes over netlink.
+	s2.RequestFullSync()
+	if res, err := s2.Sync(ctx, ruleset.Build(st, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements == 0 {
+		t.Fatalf("second full sync of the new Syncer: %+v, %v; want elements over netlink", res, err)
+	}
+	checkKernelTable(t, nft, rs, nil)
+}
+
+// TestKernelNetlinkFallback makes the netlink load fail: the full sync writes the
+// whole table through nft instead, says why, and later full syncs use nft only.
+func TestKernelNetlinkFallback(t *testing.T) {
+	ctx := context.Background()
+	rs := ruleset.Build(cluster(30), testConfig, knftables.IPv4Family)
+	_, nft, s := netlinkSyncer(t, "nlfb", knftables.IPv4Family)
+	broken := errors.New("netlink refused")
+	s.load = func(context.Context, *ruleset.Ruleset, []*container) (int, error) { return 0, broken }
+	res, err := s.Sync(ctx, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(res.Fallback, broken) || res.NetlinkElements != 0 {
+		t.Errorf("Result %+v; want the netlink error as Fallback and no element over netlink", res)
+	}
+	checkKernelTable(t, nft, rs, nil)
+	s.RequestFullSync()
+	if res, err := s.Sync(ctx, rs); err != nil || res.Fallback != nil || res.NetlinkElements != 0 {
+		t.Errorf("next full sync: %+v, %v; want nft only", res, err)
+	}
+}
+
+// TestKernelNetlinkError checks the kernel's refusal of a batch: the error names
+// the set and the errno, and nothing of the batch is applied.
+func TestKernelNetlinkError(t *testing.T) {
+	ctx := context.Background()
+	rs := ruleset.Build(cluster(10), testConfig, knftables.IPv4Family)
+	ns, nft, s := netlinkSyncer(t, "nlerr", knftables.IPv4Family)
+	if _, err := s.Sync(ctx, rs); err != nil {
+		t.Fatal(err)
+	}
+	conts := netlinkContainers(rs)
+	ghost := &container{name: "no-such-set", key: conts[0].key}
+	rs2 := ruleset.Build(cluster(20), testConfig, knftables.IPv4Family)
+	rs2.Elements[ghost.name] = map[string]*knftables.Element{"x": {Set: ghost.name, Key: []string{"10.0.0.1"}}}
+	ghost.key, _ = parseLayout("ipv4_addr")
+	_, err := loadElements(ctx, rs2, append(conts, ghost), ns.Do)
+	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no-such-set") {
+		t.Fatalf("error %v; want ENOENT naming no-such-set", err)
+	}
+	// The batch was aborted: the table still holds rs.
+	checkKernelTable(t, nft, rs, nil)
+}
