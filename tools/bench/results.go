@@ -214,11 +214,11 @@ func (r *Results) markdown() string {
 
 	w("## Control plane (ours)")
 	w("")
-	w("| N | full sync (build + nft) | ruleset objects | peak RSS (proxy / nft) | 1-Service update p50 / p90 | nft ops p50 / max | from-scratch Build |")
-	w("|---:|---|---:|---|---|---|---:|")
+	w("| N | full sync (build + sync) | elements over netlink | then Builder index | ruleset objects | peak RSS (proxy / nft) | 1-Service update p50 / p90 | nft ops p50 / max | from-scratch Build |")
+	w("|---:|---|---:|---:|---:|---|---|---|---:|")
 	for _, c := range r.Control {
-		w("| %s | %s (%s + %s) | %d | %.0f MB / %.0f MB | %s / %s | %.0f / %.0f | %s |", short(c.N),
-			fmtMs(c.Full.TotalMs), fmtMs(c.Full.BuildMs), fmtMs(c.Full.SyncMs), c.Objects,
+		w("| %s | %s (%s + %s) | %d | %s | %d | %.0f MB / %.0f MB | %s / %s | %.0f / %.0f | %s |", short(c.N),
+			fmtMs(c.Full.TotalMs), fmtMs(c.Full.BuildMs), fmtMs(c.Full.SyncMs), c.Full.NetlinkElements, fmtMs(c.Full.IndexMs), c.Objects,
 			c.PeakRSSFullMB, c.NftPeakRSSMB, fmtMs(c.Update.P50), fmtMs(c.Update.P90), c.Ops.P50, c.Ops.Max, fmtMs(c.PureBuildMs))
 	}
 	w("")
@@ -229,7 +229,7 @@ func (r *Results) markdown() string {
 			w("")
 		}
 	}
-	w("Peak RSS is VmHWM of a child process that only generates the cluster and syncs it (after the full sync), and the largest nft process it ran. Updates: %s, an endpoint added to a random Service then removed again.", updateCount(r))
+	w("The full sync writes a from-scratch `ruleset.Build` (nft for chains, rules, sets and maps; one netlink batch for the elements), as the proxier's first sync does; the Builder then indexes every Service and the Syncer takes its ruleset over with a diff (\"then Builder index\", while the table already serves). Peak RSS is VmHWM of a child process that only generates the cluster and syncs it (after the full sync and the index), and the largest nft process it ran. Updates: %s, an endpoint added to a random Service then removed again.", updateCount(r))
 	for _, c := range r.Control {
 		if ch := c.Churn; ch != nil {
 			w("")
