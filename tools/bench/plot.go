@@ -49,7 +49,7 @@ func writePlot(path string, r *Results) error {
 	full := panel{title: "Full sync time vs N (log-log)", target: 5000, targetLabel: "target 5 s (at 50k)"}
 	upd := panel{title: "One-Service update time vs N (log-log)", target: 25, targetLabel: "target 25 ms"}
 
-	ours := series{name: "nftproxy (build + nft)", color: colorOurs, marker: 0}
+	ours := series{name: "nftproxy (build + sync)", color: colorOurs, marker: 0}
 	oursUpd := series{name: "nftproxy p50", color: colorOurs, marker: 0}
 	oursUpd90 := series{name: "nftproxy p90", color: colorOurs, marker: 3, dashed: true}
 	build := series{name: "nftproxy from-scratch Build", color: colorBuild, marker: 1, dashed: true}
