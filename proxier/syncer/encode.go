@@ -159,8 +159,9 @@ func containerOf(set *knftables.Set, m *knftables.Map) (*container, error) {
 }
 
 // appendElement appends e as one nested NFTA_LIST_ELEM attribute of a
-// NEWSETELEM message: its key, its value (maps) and its comment.
-func (c *container) appendElement(b []byte, e *knftables.Element) ([]byte, error) {
+// NEWSETELEM message: its key, its value (maps) and its comment; or, when keyOnly
+// is set, of a DELSETELEM message: its key alone, which names it.
+func (c *container) appendElement(b []byte, e *knftables.Element, keyOnly bool) ([]byte, error) {
 	var err error
 	b, elem := beginNest(b, unix.NFTA_LIST_ELEM)
 	b, key := beginNest(b, unix.NFTA_SET_ELEM_KEY)
@@ -169,6 +170,9 @@ func (c *container) appendElement(b []byte, e *knftables.Element) ([]byte, error
 		return b, fmt.Errorf("element %q of %s: key: %w", strings.Join(e.Key, " . "), c.name, err)
 	}
 	b = endAttr(endAttr(b, val), key)
+	if keyOnly {
+		return endAttr(b, elem), nil
+	}
 	if (c.value != nil) != (len(e.Value) > 0) {
 		return b, fmt.Errorf("element %q of %s: a value is needed exactly for map elements", strings.Join(e.Key, " . "), c.name)
 	}

@@ -5,7 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,46 +93,112 @@ func (w *batch) join(part *batch) {
 	}
 }
 
-// loadElements replaces the elements of the sets and maps conts of rs in the
-// kernel's table with those of rs, in one nf_tables batch over netlink: for each
-// container a flush, then its elements, some thousand to a message. The kernel
-// applies the batch atomically. Every container must exist in the table. The
-// netlink socket is opened inside do (when not nil), which puts it in the
-// namespace of the table. It returns the number of elements written.
+// elementOps are the element operations on one set or map in a netlink batch:
+// an optional flush, then deletions, then additions.
+type elementOps struct {
+	c     *container
+	flush bool
+	// del and add are the elements deleted and added; n counts them.
+	del, add iter.Seq[*knftables.Element]
+	n        int
+}
+
+// fullOps returns the operations that replace the elements of the sets and maps
+// conts of rs in the kernel's table with those of rs: for each, a flush, then its
+// elements.
+func fullOps(rs *ruleset.Ruleset, conts []*container) []elementOps {
+	ops := make([]elementOps, len(conts))
+	for i, c := range conts {
+		es := rs.Elements[c.name]
+		ops[i] = elementOps{c: c, flush: true, add: maps.Values(es), n: len(es)}
+	}
+	return ops
+}
+
+// deltaOps returns the operations that apply delta, when it changes elements only
+// and only of sets and maps of desired whose elements the loader encodes: for
+// each, the deletion of the elements removed or changed, then the addition of the
+// new versions. It returns false otherwise.
+func deltaOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([]elementOps, bool) {
+	if len(delta.Chains) > 0 || len(delta.Sets) > 0 || len(delta.Maps) > 0 {
+		return nil, false
+	}
+	var ops []elementOps
+	for _, name := range ruleset.SortedKeys(delta.Elements) {
+		set, m := desired.Sets[name], desired.Maps[name]
+		if set == nil && m == nil {
+			return nil, false
+		}
+		c, err := containerOf(set, m)
+		if err != nil {
+			return nil, false
+		}
+		op := elementOps{c: c}
+		var del, add []*knftables.Element
+		es := delta.Elements[name]
+		for _, key := range ruleset.SortedKeys(es) {
+			if old := es[key].Old; old != nil {
+				del = append(del, old)
+			}
+			if e := es[key].New; e != nil {
+				add = append(add, e)
+			}
+		}
+		op.del, op.add, op.n = slices.Values(del), slices.Values(add), len(del)+len(add)
+		ops = append(ops, op)
+	}
+	return ops, true
+}
+
+// writeElements sends ops to the table of rs as one nf_tables batch over netlink,
+// which the kernel applies atomically, and returns the number of elements deleted
+// and added. The netlink socket is opened inside do (when not nil), which puts it
+// in the namespace of the table.
 //
-// This is what "nft -f" does with "flush set" and "add element" commands, without
-// nft's parser: nft 1.0.6 spent 3.0-4.5 s of user time on the 746k elements of
-// 50,000 Services. The containers are encoded in parallel, each straight into a
-// buffer of its own: google/nftables builds slices of attributes per element, and
-// mdlayher/netlink copies the messages again into a growing buffer, which took 1.9
-// s and 1.1 s for the same elements.
-func loadElements(ctx context.Context, rs *ruleset.Ruleset, conts []*container, do func(func() error) error) (int, error) {
+// This is what "nft -f" does with "flush set", "delete element" and "add element"
+// commands, without nft's parser: nft 1.0.6 spent 3.0-4.5 s of user time on the
+// 746k elements of 50,000 Services, and an nft process takes ~10 ms to start and
+// read the kernel's state even for one element. Large batches are encoded in
+// parallel, each set or map straight into a buffer of its own: google/nftables
+// builds slices of attributes per element, and mdlayher/netlink copies the
+// messages again into a growing buffer, which took 1.9 s and 1.1 s for the same
+// 746k elements.
+func writeElements(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps, do func(func() error) error) (int, error) {
 	family := byte(unix.NFPROTO_IPV4)
 	if rs.Family == knftables.IPv6Family {
 		family = unix.NFPROTO_IPV6
 	}
-	parts := make([]*batch, len(conts))
-	errs := make([]error, len(conts))
-	var wg sync.WaitGroup
-	next := make(chan int, len(conts))
-	for i := range conts {
-		next <- i
+	parts := make([]*batch, len(ops))
+	errs := make([]error, len(ops))
+	n := 0
+	for _, op := range ops {
+		n += op.n
 	}
-	close(next)
-	for range min(runtime.GOMAXPROCS(0), len(conts)) {
-		wg.Go(func() {
-			for i := range next {
-				parts[i], errs[i] = encodeContainer(family, rs, conts[i])
-			}
-		})
+	if workers := min(runtime.GOMAXPROCS(0), len(ops)); workers > 1 && n >= parallelElements {
+		var wg sync.WaitGroup
+		next := make(chan int, len(ops))
+		for i := range ops {
+			next <- i
+		}
+		close(next)
+		for range workers {
+			wg.Go(func() {
+				for i := range next {
+					parts[i], errs[i] = encodeOps(family, rs.Table, &ops[i])
+				}
+			})
+		}
+		wg.Wait()
+	} else {
+		for i := range ops {
+			parts[i], errs[i] = encodeOps(family, rs.Table, &ops[i])
+		}
 	}
-	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return 0, err
+		return n, err
 	}
-	n, size := 0, 64
-	for i, p := range parts {
-		n += len(rs.Elements[conts[i].name])
+	size := 64
+	for _, p := range parts {
 		size += len(p.b)
 	}
 	w := &batch{b: make([]byte, 0, size)}
@@ -143,42 +212,53 @@ func loadElements(ctx context.Context, rs *ruleset.Ruleset, conts []*container, 
 	last := uint32(len(w.names))
 	binary.NativeEndian.PutUint16(w.b[w.msg+6:], binary.NativeEndian.Uint16(w.b[w.msg+6:])|unix.NLM_F_ACK)
 	w.control(unix.NFNL_MSG_BATCH_END)
-	if err := w.send(ctx, last, do); err != nil {
-		return 0, fmt.Errorf("loading %d elements into %d sets and maps of table %s %s over netlink: %w", n, len(conts), rs.Family, rs.Table, err)
-	}
-	return n, nil
+	return n, w.send(ctx, last, do)
 }
 
-// encodeContainer returns the messages that flush the set or map c and add the
-// elements rs has for it.
-func encodeContainer(family byte, rs *ruleset.Ruleset, c *container) (*batch, error) {
-	es := rs.Elements[c.name]
-	w := &batch{b: make([]byte, 0, 64*len(es)+1<<10)}
-	w.elements(unix.NFT_MSG_DELSETELEM, family, rs.Table, c.name)
-	w.end()
-	list := -1
-	for _, e := range es {
-		if list < 0 {
-			w.elements(unix.NFT_MSG_NEWSETELEM, family, rs.Table, c.name)
-			w.b, list = beginNest(w.b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+// parallelElements is the element count from which a batch is encoded by several
+// goroutines.
+const parallelElements = 10000
+
+// encodeOps returns the messages of op: a DELSETELEM without elements (a flush),
+// DELSETELEMs of the keys deleted, NEWSETELEMs of the elements added.
+func encodeOps(family byte, table string, op *elementOps) (*batch, error) {
+	c := op.c
+	w := &batch{b: make([]byte, 0, 64*op.n+1<<10)}
+	if op.flush {
+		w.elements(unix.NFT_MSG_DELSETELEM, family, table, c.name)
+		w.end()
+	}
+	for _, step := range []struct {
+		typ uint16
+		es  iter.Seq[*knftables.Element]
+	}{{unix.NFT_MSG_DELSETELEM, op.del}, {unix.NFT_MSG_NEWSETELEM, op.add}} {
+		if step.es == nil {
+			continue
 		}
-		start := len(w.b)
-		var err error
-		if w.b, err = c.appendElement(w.b, e); err != nil {
-			return nil, err
+		list := -1
+		for e := range step.es {
+			if list < 0 {
+				w.elements(step.typ, family, table, c.name)
+				w.b, list = beginNest(w.b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
+			}
+			start := len(w.b)
+			var err error
+			if w.b, err = c.appendElement(w.b, e, step.typ == unix.NFT_MSG_DELSETELEM); err != nil {
+				return nil, err
+			}
+			if len(w.b)-start > elementMax {
+				return nil, fmt.Errorf("element %q of %s: %d bytes encoded, more than %d", ruleset.ElementKey(e), c.name, len(w.b)-start, elementMax)
+			}
+			if len(w.b)-list > messageElements {
+				w.b = endAttr(w.b, list)
+				w.end()
+				list = -1
+			}
 		}
-		if len(w.b)-start > elementMax {
-			return nil, fmt.Errorf("element %q of %s: %d bytes encoded, more than %d", ruleset.ElementKey(e), c.name, len(w.b)-start, elementMax)
-		}
-		if len(w.b)-list > messageElements {
+		if list >= 0 {
 			w.b = endAttr(w.b, list)
 			w.end()
-			list = -1
 		}
-	}
-	if list >= 0 {
-		w.b = endAttr(w.b, list)
-		w.end()
 	}
 	return w, nil
 }

@@ -77,7 +77,7 @@ func TestEncodeErrors(t *testing.T) {
 		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}, Comment: knftables.PtrTo(strings.Repeat("x", 255))},
 			`comment of 255 bytes is too long`},
 	} {
-		_, err := c.appendElement(nil, &tc.e)
+		_, err := c.appendElement(nil, &tc.e, false)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("element %q: error %v; want one containing %q", tc.e.Key, err, tc.want)
 		}
@@ -252,7 +252,7 @@ func TestKernelNetlinkFallback(t *testing.T) {
 	rs := ruleset.Build(cluster(30), testConfig, knftables.IPv4Family)
 	_, nft, s := netlinkSyncer(t, "nlfb", knftables.IPv4Family)
 	broken := errors.New("netlink refused")
-	s.load = func(context.Context, *ruleset.Ruleset, []*container) (int, error) { return 0, broken }
+	s.write = func(context.Context, *ruleset.Ruleset, []elementOps) (int, error) { return 0, broken }
 	res, err := s.Sync(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
@@ -281,10 +281,75 @@ func TestKernelNetlinkError(t *testing.T) {
 	rs2 := ruleset.Build(cluster(20), testConfig, knftables.IPv4Family)
 	rs2.Elements[ghost.name] = map[string]*knftables.Element{"x": {Set: ghost.name, Key: []string{"10.0.0.1"}}}
 	ghost.key, _ = parseLayout("ipv4_addr")
-	_, err := loadElements(ctx, rs2, append(conts, ghost), ns.Do)
+	_, err := writeElements(ctx, rs2, fullOps(rs2, append(conts, ghost)), ns.Do)
 	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no-such-set") {
 		t.Fatalf("error %v; want ENOENT naming no-such-set", err)
 	}
 	// The batch was aborted: the table still holds rs.
 	checkKernelTable(t, nft, rs, nil)
+}
+
+// TestKernelNetlinkIncremental checks incremental syncs with netlink on: those that
+// change elements only go as one netlink batch (deleting changed elements and
+// adding their new versions), the others through nft, and after each the kernel's
+// table holds the desired ruleset.
+func TestKernelNetlinkIncremental(t *testing.T) {
+	ctx := context.Background()
+	st := cluster(40)
+	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	_, nft, s := netlinkSyncer(t, "nlinc", knftables.IPv4Family, WithKeepLimit(0))
+	rs, d := b.Update(st, nil)
+	if _, err := s.Apply(ctx, rs, d); err != nil {
+		t.Fatal(err)
+	}
+	var overNetlink, throughNFT int
+	// Endpoint counts 3, 3 (other addresses), 17 (a count not in use: new chains),
+	// 0 (no endpoints), 2.
+	for step, n := range []int{3, 3, 17, 0, 2} {
+		st = clone(st)
+		name := state.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", 5+step%2)}
+		setEndpoints(st, name, 100+step, n)
+		rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
+		_, elementsOnly := deltaOps(rs, d)
+		res, err := s.Apply(ctx, rs, d)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		switch {
+		case res.Full || res.Fallback != nil:
+			t.Fatalf("step %d: %+v; want an incremental sync without fallback", step, res)
+		case elementsOnly && (res.NetlinkElements == 0 || res.NetlinkElements != res.Operations):
+			t.Errorf("step %d changes elements only but wrote %d of %d operations over netlink", step, res.NetlinkElements, res.Operations)
+		case !elementsOnly && res.NetlinkElements != 0:
+			t.Errorf("step %d changes chains, sets or maps but wrote %d elements over netlink", step, res.NetlinkElements)
+		}
+		if elementsOnly {
+			overNetlink++
+		} else {
+			throughNFT++
+		}
+		checkKernelTable(t, nft, rs, nil)
+	}
+	if overNetlink == 0 || throughNFT == 0 {
+		t.Errorf("%d steps over netlink, %d through nft; want both kinds", overNetlink, throughNFT)
+	}
+
+	// A failed batch: the delta goes through nft, and netlink is off afterwards.
+	broken := errors.New("netlink refused")
+	s.write = func(context.Context, *ruleset.Ruleset, []elementOps) (int, error) { return 0, broken }
+	st = clone(st)
+	name := state.ServiceName{Namespace: "ns", Name: "svc-5"}
+	setEndpoints(st, name, 200, 3)
+	rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
+	if _, ok := deltaOps(rs, d); !ok {
+		t.Fatal("the change is not elements only")
+	}
+	res, err := s.Apply(ctx, rs, d)
+	if err != nil || !errors.Is(res.Fallback, broken) || res.NetlinkElements != 0 || res.Operations == 0 {
+		t.Fatalf("sync with a failing batch: %+v, %v; want the delta through nft and the netlink error as Fallback", res, err)
+	}
+	checkKernelTable(t, nft, rs, nil)
+	if s.netlink {
+		t.Error("netlink still on after a failed batch")
+	}
 }

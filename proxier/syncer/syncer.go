@@ -41,10 +41,12 @@ type Syncer struct {
 	// (keep is nil when keepLimit is 0).
 	keepLimit int
 	keep      *keeper
-	// netlink makes full syncs load set and map elements over netlink when that is
-	// safe (see fullSync); load does it (loadElements, or a test's stand-in).
+	// netlink makes syncs write set and map elements over netlink when they can
+	// (see fullSync and apply); write sends them (writeElements, or a test's
+	// stand-in), from a socket opened inside do.
 	netlink bool
-	load    func(context.Context, *ruleset.Ruleset, []*container) (int, error)
+	do      func(func() error) error
+	write   func(context.Context, *ruleset.Ruleset, []elementOps) (int, error)
 	// structure identifies the table's chains, rules, sets and maps (not elements)
 	// as of the last successful sync, or is "" when unknown (see structureOf).
 	structure string
@@ -61,11 +63,12 @@ type Result struct {
 	// depend on the element grouping, and is what knftables.Transaction.NumOperations
 	// reports for the same transaction written one element per command.
 	Operations int
-	// NetlinkElements is the number of elements a full sync loaded over netlink
-	// rather than through nft (they count in Operations too).
+	// NetlinkElements is the number of elements the sync wrote over netlink rather
+	// than through nft (they count in Operations too).
 	NetlinkElements int
-	// Fallback is why a full sync wrote the whole table through nft after its
-	// netlink element load failed (nil when it did not).
+	// Fallback is why a sync went through nft after its netlink batch failed (nil
+	// when it did not): a full sync then writes the whole table through nft, an
+	// incremental one its delta; later syncs use nft only.
 	Fallback error
 	// AffinityMoves are the session-affinity record moves made after the
 	// transaction (see ruleset.AffinityMoves): none unless the endpoints of a
@@ -89,21 +92,15 @@ func WithElementGroup(n int) Option {
 	return func(s *Syncer) { s.group = max(n, 1) }
 }
 
-// WithNetlinkElements makes full syncs load set and map elements over netlink
-// (see Syncer.fullSync) through a netlink socket opened inside do, which must run
-// its argument in the network namespace where nft writes the table (nil: opened by
-// the calling goroutine, for a process that stays in one namespace). The
-// elements go to the table of that name there. It is off by default, and always
-// off through an in-memory fake.
+// WithNetlinkElements makes syncs write set and map elements over netlink — the
+// elements of full syncs (see Syncer.fullSync), and incremental syncs that change
+// elements only (see Syncer.Apply) — through a netlink socket opened inside do,
+// which must run its argument in the network namespace where nft writes the table
+// (nil: opened by the calling goroutine, for a process that stays in one
+// namespace). The elements go to the table of that name there. It is off by
+// default, and always off through an in-memory fake.
 func WithNetlinkElements(do func(func() error) error) Option {
-	return func(s *Syncer) {
-		s.netlink = true
-		if do != nil {
-			s.load = func(ctx context.Context, rs *ruleset.Ruleset, conts []*container) (int, error) {
-				return loadElements(ctx, rs, conts, do)
-			}
-		}
-	}
+	return func(s *Syncer) { s.netlink, s.do = true, do }
 }
 
 // New returns a Syncer that applies rulesets through nft. Its first sync is full.
@@ -117,10 +114,10 @@ func WithNetlinkElements(do func(func() error) error) Option {
 // ParseDump methods, such as a struct embedding one — elements are not grouped. A
 // wrapper that hides a Fake behind other methods must pass WithElementGroup(1).
 func New(nft knftables.Interface, opts ...Option) *Syncer {
-	s := &Syncer{nft: nft, full: true, group: DefaultElementGroup, keepLimit: DefaultKeepLimit,
-		load: func(ctx context.Context, rs *ruleset.Ruleset, conts []*container) (int, error) {
-			return loadElements(ctx, rs, conts, nil)
-		}}
+	s := &Syncer{nft: nft, full: true, group: DefaultElementGroup, keepLimit: DefaultKeepLimit}
+	s.write = func(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps) (int, error) {
+		return writeElements(ctx, rs, ops, s.do)
+	}
 	if isFake(nft) {
 		s.group, s.keepLimit = 1, 0
 	}
@@ -237,12 +234,25 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 	if needsFull(s.applied, desired, delta) || s.keep.conflicts(delta) {
 		return s.fullSync(ctx, desired)
 	}
+	var fallback error
+	if s.netlink {
+		if ops, ok := deltaOps(desired, delta); ok && len(ops) > 0 {
+			n, err := s.write(ctx, desired, ops)
+			if err == nil {
+				s.applied = desired
+				return Result{Operations: n, NetlinkElements: n}, nil
+			}
+			// The kernel applied none of the batch: send the delta through nft.
+			s.netlink = false
+			fallback = fmt.Errorf("writing %d elements of table %s %s over netlink: %w", n, desired.Family, desired.Table, err)
+		}
+	}
 	tx := s.nft.NewTransaction()
 	applyDelta(tx, desired, delta, s.keep)
 	if s.keep.count() > s.keepLimit {
 		s.keep.tidy(tx, desired)
 	}
-	res := Result{Operations: tx.NumOperations()}
+	res := Result{Operations: tx.NumOperations(), Fallback: fallback}
 	if res.Operations == 0 {
 		s.applied = desired
 		return res, nil
@@ -335,7 +345,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	}
 	res, err := s.writeAll(ctx, desired, existing, skip)
 	if err == nil && len(conts) > 0 {
-		n, lerr := s.load(ctx, desired, conts)
+		n, lerr := s.write(ctx, desired, fullOps(desired, conts))
 		if lerr == nil {
 			res.NetlinkElements = n
 			res.Operations += n
@@ -345,6 +355,8 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 				}
 			}
 		} else {
+			lerr = fmt.Errorf("loading %d elements into %d sets and maps of table %s %s over netlink: %w",
+				n, len(conts), desired.Family, desired.Table, lerr)
 			s.netlink = false
 			if existing, err = s.listExisting(ctx, desired); err == nil {
 				res, err = s.writeAll(ctx, desired, existing, nil)
