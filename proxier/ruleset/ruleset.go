@@ -218,8 +218,9 @@ func (r *Ruleset) MapObject(name string) *knftables.Map {
 	return &m
 }
 
-// AddRulesTo queues every rule of the named chain on tx, in order.
-func (r *Ruleset) AddRulesTo(tx *knftables.Transaction, chain string) {
+// AddRulesTo queues every rule of the named chain on tx (a knftables.Transaction,
+// or anything that queues added objects), in order.
+func (r *Ruleset) AddRulesTo(tx interface{ Add(knftables.Object) }, chain string) {
 	for _, rule := range r.Chains[chain].Rules {
 		tx.Add(r.RuleObject(chain, rule))
 	}

@@ -94,7 +94,7 @@ func (k *keeper) kernelRules(name string, old *ruleset.Chain) []*knftables.Rule 
 
 // appendMissing queues the rules of want that dispatch chain name lacks in the
 // kernel (have), and records what the chain then holds.
-func (k *keeper) appendMissing(tx *knftables.Transaction, desired *ruleset.Ruleset, name string, have []*knftables.Rule, want *ruleset.Chain) {
+func (k *keeper) appendMissing(tx txWriter, desired *ruleset.Ruleset, name string, have []*knftables.Rule, want *ruleset.Chain) {
 	now := slices.Clone(have)
 	for _, r := range want.Rules {
 		if !slices.ContainsFunc(have, func(h *knftables.Rule) bool { return ruleset.SameRule(h, r) }) {
@@ -112,7 +112,7 @@ func (k *keeper) appendMissing(tx *knftables.Transaction, desired *ruleset.Rules
 // tidy queues the removal of every kept object and the rewrite of every dispatch
 // chain with extra rules, to follow the rest of a transaction that brought the
 // table to desired.
-func (k *keeper) tidy(tx *knftables.Transaction, desired *ruleset.Ruleset) {
+func (k *keeper) tidy(tx txWriter, desired *ruleset.Ruleset) {
 	for _, name := range ruleset.SortedKeys(k.rules) {
 		if desired.Chains[name] == nil {
 			continue
@@ -131,7 +131,7 @@ func (k *keeper) tidy(tx *knftables.Transaction, desired *ruleset.Ruleset) {
 // keepRemoved keeps the chains, sets and maps delta removes, emptied: the delta
 // deletes their elements one by one, except those of a dynamic set or map, which
 // are the kernel's and go with a flush.
-func (k *keeper) keepRemoved(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *ruleset.Delta) {
+func (k *keeper) keepRemoved(tx txWriter, desired *ruleset.Ruleset, delta *ruleset.Delta) {
 	for name, c := range delta.Chains {
 		if c.New == nil {
 			k.chains[name] = c.Old

@@ -127,12 +127,20 @@ func TestKernelGroupedFullSync(t *testing.T) {
 // rs, and that every set and map holds the elements of rs, plus the keys of extra.
 func checkKernelTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset, extra map[string][]string) {
 	t.Helper()
-	ctx := context.Background()
-	for kind, want := range map[string][]string{
+	checkKernelNames(t, nft, map[string][]string{
 		"chain": ruleset.SortedKeys(rs.Chains),
 		"set":   ruleset.SortedKeys(rs.Sets),
 		"map":   ruleset.SortedKeys(rs.Maps),
-	} {
+	})
+	checkKernelElements(t, nft, rs, extra)
+}
+
+// checkKernelNames checks the names of the kernel table's chains, sets and maps.
+func checkKernelNames(t *testing.T, nft knftables.Interface, names map[string][]string) {
+	t.Helper()
+	ctx := context.Background()
+	for kind, want := range names {
+		want = sorted(want)
 		got, err := nft.List(ctx, kind)
 		if err != nil {
 			t.Fatal(err)
@@ -141,6 +149,13 @@ func checkKernelTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset
 			t.Errorf("kernel %ss (-want +got):\n%s", kind, diff)
 		}
 	}
+}
+
+// checkKernelElements checks that every set and map of rs holds the elements of
+// rs, plus the keys of extra, in the kernel's table.
+func checkKernelElements(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset, extra map[string][]string) {
+	t.Helper()
+	ctx := context.Background()
 	render := func(e *knftables.Element) string {
 		s := strings.Join(e.Key, " . ")
 		if e.Comment != nil {

@@ -8,7 +8,6 @@ import (
 	"iter"
 	"maps"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,41 +112,6 @@ func fullOps(rs *ruleset.Ruleset, conts []*container) []elementOps {
 		ops[i] = elementOps{c: c, flush: true, add: maps.Values(es), n: len(es)}
 	}
 	return ops
-}
-
-// deltaOps returns the operations that apply delta, when it changes elements only
-// and only of sets and maps of desired whose elements the loader encodes: for
-// each, the deletion of the elements removed or changed, then the addition of the
-// new versions. It returns false otherwise.
-func deltaOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([]elementOps, bool) {
-	if len(delta.Chains) > 0 || len(delta.Sets) > 0 || len(delta.Maps) > 0 {
-		return nil, false
-	}
-	var ops []elementOps
-	for _, name := range ruleset.SortedKeys(delta.Elements) {
-		set, m := desired.Sets[name], desired.Maps[name]
-		if set == nil && m == nil {
-			return nil, false
-		}
-		c, err := containerOf(set, m)
-		if err != nil {
-			return nil, false
-		}
-		op := elementOps{c: c}
-		var del, add []*knftables.Element
-		es := delta.Elements[name]
-		for _, key := range ruleset.SortedKeys(es) {
-			if old := es[key].Old; old != nil {
-				del = append(del, old)
-			}
-			if e := es[key].New; e != nil {
-				add = append(add, e)
-			}
-		}
-		op.del, op.add, op.n = slices.Values(del), slices.Values(add), len(del)+len(add)
-		ops = append(ops, op)
-	}
-	return ops, true
 }
 
 // writeElements sends ops to the table of rs as one nf_tables batch over netlink,

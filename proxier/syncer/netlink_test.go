@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -289,67 +291,144 @@ func TestKernelNetlinkError(t *testing.T) {
 	checkKernelTable(t, nft, rs, nil)
 }
 
-// TestKernelNetlinkIncremental checks incremental syncs with netlink on: those that
-// change elements only go as one netlink batch (deleting changed elements and
-// adding their new versions), the others through nft, and after each the kernel's
-// table holds the desired ruleset.
+// TestKernelNetlinkIncremental checks incremental syncs with netlink on: those
+// whose operations are element operations only go as one netlink batch (deleting
+// changed elements and adding their new versions, or emptying a kept set), the
+// others through nft, and after each the kernel's table holds the desired ruleset
+// (and the objects kept).
 func TestKernelNetlinkIncremental(t *testing.T) {
 	ctx := context.Background()
 	st := cluster(40)
 	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
-	_, nft, s := netlinkSyncer(t, "nlinc", knftables.IPv4Family, WithKeepLimit(0))
+	_, nft, s := netlinkSyncer(t, "nlinc", knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	if _, err := s.Apply(ctx, rs, d); err != nil {
 		t.Fatal(err)
 	}
-	var overNetlink, throughNFT int
-	// Endpoint counts 3, 3 (other addresses), 17 (a count not in use: new chains),
-	// 0 (no endpoints), 2.
-	for step, n := range []int{3, 3, 17, 0, 2} {
+	name := state.ServiceName{Namespace: "ns", Name: "svc-5"}
+	for step, tc := range []struct {
+		endpoints int
+		netlink   bool
+		why       string
+	}{
+		{3, true, "other endpoint addresses of a count in use: elements only"},
+		{3, true, "other endpoint addresses again"},
+		{17, false, "a count not in use: new chains, sets and maps"},
+		{3, true, "back to a count in use: the dnat-17 objects are kept, emptied element by element"},
+		{17, true, "17 again: the kept objects are taken back, elements only"},
+		{0, false, "no endpoints: a rule in a dispatch chain for a class not in use yet"},
+	} {
 		st = clone(st)
-		name := state.ServiceName{Namespace: "ns", Name: fmt.Sprintf("svc-%d", 5+step%2)}
-		setEndpoints(st, name, 100+step, n)
+		setEndpoints(st, name, 100+step, tc.endpoints)
 		rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
-		_, elementsOnly := deltaOps(rs, d)
 		res, err := s.Apply(ctx, rs, d)
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
-		switch {
-		case res.Full || res.Fallback != nil:
+		if res.Full || res.Fallback != nil || res.Operations == 0 {
 			t.Fatalf("step %d: %+v; want an incremental sync without fallback", step, res)
-		case elementsOnly && (res.NetlinkElements == 0 || res.NetlinkElements != res.Operations):
-			t.Errorf("step %d changes elements only but wrote %d of %d operations over netlink", step, res.NetlinkElements, res.Operations)
-		case !elementsOnly && res.NetlinkElements != 0:
-			t.Errorf("step %d changes chains, sets or maps but wrote %d elements over netlink", step, res.NetlinkElements)
 		}
-		if elementsOnly {
-			overNetlink++
-		} else {
-			throughNFT++
+		if got := res.NetlinkElements > 0; got != tc.netlink {
+			t.Errorf("step %d (%s): %d of %d operations over netlink; want netlink %v", step, tc.why, res.NetlinkElements, res.Operations, tc.netlink)
 		}
-		checkKernelTable(t, nft, rs, nil)
-	}
-	if overNetlink == 0 || throughNFT == 0 {
-		t.Errorf("%d steps over netlink, %d through nft; want both kinds", overNetlink, throughNFT)
+		if tc.netlink && res.NetlinkElements > res.Operations {
+			t.Errorf("step %d: %d elements over netlink of %d operations", step, res.NetlinkElements, res.Operations)
+		}
+		checkKeptTable(t, nft, rs, s.keep)
 	}
 
-	// A failed batch: the delta goes through nft, and netlink is off afterwards.
+	// A failed batch: the operations go through nft, and netlink is off afterwards.
 	broken := errors.New("netlink refused")
 	s.write = func(context.Context, *ruleset.Ruleset, []elementOps) (int, error) { return 0, broken }
 	st = clone(st)
-	name := state.ServiceName{Namespace: "ns", Name: "svc-5"}
-	setEndpoints(st, name, 200, 3)
+	setEndpoints(st, name, 200, 0)
 	rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
-	if _, ok := deltaOps(rs, d); !ok {
-		t.Fatal("the change is not elements only")
-	}
+	st = clone(st)
+	setEndpoints(st, name, 201, 3)
+	rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
 	res, err := s.Apply(ctx, rs, d)
 	if err != nil || !errors.Is(res.Fallback, broken) || res.NetlinkElements != 0 || res.Operations == 0 {
-		t.Fatalf("sync with a failing batch: %+v, %v; want the delta through nft and the netlink error as Fallback", res, err)
+		t.Fatalf("sync with a failing batch: %+v, %v; want the operations through nft and the netlink error as Fallback", res, err)
 	}
-	checkKernelTable(t, nft, rs, nil)
+	checkKeptTable(t, nft, rs, s.keep)
 	if s.netlink {
 		t.Error("netlink still on after a failed batch")
+	}
+}
+
+// checkKeptTable checks that the kernel's table holds rs and the objects k keeps,
+// the kept sets and maps empty.
+func checkKeptTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset, k *keeper) {
+	t.Helper()
+	checkKernelNames(t, nft, map[string][]string{
+		"chain": slices.Concat(ruleset.SortedKeys(rs.Chains), ruleset.SortedKeys(k.chains)),
+		"set":   slices.Concat(ruleset.SortedKeys(rs.Sets), ruleset.SortedKeys(k.sets)),
+		"map":   slices.Concat(ruleset.SortedKeys(rs.Maps), ruleset.SortedKeys(k.maps)),
+	})
+	kept := ruleset.New(rs.Family, rs.Table)
+	maps.Copy(kept.Sets, k.sets)
+	maps.Copy(kept.Maps, k.maps)
+	checkKernelElements(t, nft, rs, nil)
+	checkKernelElements(t, nft, kept, nil)
+}
+
+// TestRecorderElementOps checks which recorded operations can go as a netlink
+// batch: element additions and deletions and set flushes, in an order the batch
+// keeps (per set: flush, deletions, additions), of sets the loader encodes.
+func TestRecorderElementOps(t *testing.T) {
+	rs := ruleset.New(knftables.IPv4Family, testConfig.Table)
+	rs.AddSet(&knftables.Set{Name: "ips", Type: "ipv4_addr"})
+	rs.AddSet(&knftables.Set{Name: "ranges", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
+	gone := &knftables.Set{Name: "kept", Type: "ipv4_addr . inet_service"}
+	delta := ruleset.NewDelta()
+	delta.Sets["kept"] = ruleset.Change[*knftables.Set]{Old: gone}
+	el := func(set string, key ...string) *knftables.Element { return &knftables.Element{Set: set, Key: key} }
+	for _, tc := range []struct {
+		name  string
+		ops   func(r *recorder)
+		ok    bool
+		elems int
+	}{
+		{"deletions then additions", func(r *recorder) {
+			r.Delete(el("ips", "10.0.0.1"))
+			r.Add(el("ips", "10.0.0.2"))
+			r.Delete(el("kept", "10.0.0.3", "80"))
+		}, true, 3},
+		{"a flush first", func(r *recorder) {
+			r.Flush(&knftables.Set{Name: "ips"})
+			r.Add(el("ips", "10.0.0.2"))
+		}, true, 1},
+		{"a deletion after an addition", func(r *recorder) {
+			r.Add(el("ips", "10.0.0.2"))
+			r.Delete(el("ips", "10.0.0.1"))
+		}, false, 0},
+		{"a flush after an addition", func(r *recorder) {
+			r.Add(el("ips", "10.0.0.2"))
+			r.Flush(&knftables.Set{Name: "ips"})
+		}, false, 0},
+		{"a chain", func(r *recorder) {
+			r.Add(el("ips", "10.0.0.2"))
+			r.Add(&knftables.Chain{Name: "c"})
+		}, false, 0},
+		{"a new set", func(r *recorder) { r.Add(&knftables.Set{Name: "ips"}) }, false, 0},
+		{"an interval set", func(r *recorder) { r.Add(el("ranges", "10.0.0.0/8")) }, false, 0},
+		{"an unknown set", func(r *recorder) { r.Add(el("nowhere", "10.0.0.1")) }, false, 0},
+	} {
+		r := &recorder{}
+		tc.ops(r)
+		ops, n, ok := r.elementOps(rs, delta)
+		if ok != tc.ok || n != tc.elems {
+			t.Errorf("%s: ok %v, %d elements; want %v, %d", tc.name, ok, n, tc.ok, tc.elems)
+		}
+		if ok {
+			tx := knftables.NewFake(rs.Family, rs.Table).NewTransaction()
+			r.replay(tx)
+			if tx.NumOperations() != len(r.ops) {
+				t.Errorf("%s: replay queued %d operations of %d", tc.name, tx.NumOperations(), len(r.ops))
+			}
+			if len(ops) == 0 {
+				t.Errorf("%s: no operations", tc.name)
+			}
+		}
 	}
 }

@@ -234,33 +234,25 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 	if needsFull(s.applied, desired, delta) || s.keep.conflicts(delta) {
 		return s.fullSync(ctx, desired)
 	}
-	var fallback error
-	if s.netlink {
-		if ops, ok := deltaOps(desired, delta); ok && len(ops) > 0 {
-			n, err := s.write(ctx, desired, ops)
-			if err == nil {
-				s.applied = desired
-				return Result{Operations: n, NetlinkElements: n}, nil
-			}
-			// The kernel applied none of the batch: send the delta through nft.
-			s.netlink = false
-			fallback = fmt.Errorf("writing %d elements of table %s %s over netlink: %w", n, desired.Family, desired.Table, err)
-		}
-	}
-	tx := s.nft.NewTransaction()
-	applyDelta(tx, desired, delta, s.keep)
+	rec := &recorder{}
+	applyDelta(rec, desired, delta, s.keep)
 	if s.keep.count() > s.keepLimit {
-		s.keep.tidy(tx, desired)
+		s.keep.tidy(rec, desired)
 	}
-	res := Result{Operations: tx.NumOperations(), Fallback: fallback}
-	if res.Operations == 0 {
+	if len(rec.ops) == 0 {
 		s.applied = desired
-		return res, nil
+		return Result{}, nil
 	}
-	if err := s.nft.Run(ctx, tx); err != nil {
-		s.full = true
-		s.forgetDefs()
-		return res, fmt.Errorf("incremental sync of table %s %s (%d operations): %w", desired.Family, desired.Table, res.Operations, err)
+	res, sent := s.applyOverNetlink(ctx, desired, delta, rec)
+	if !sent {
+		tx := s.nft.NewTransaction()
+		rec.replay(tx)
+		res.Operations = tx.NumOperations()
+		if err := s.nft.Run(ctx, tx); err != nil {
+			s.full = true
+			s.forgetDefs()
+			return res, fmt.Errorf("incremental sync of table %s %s (%d operations): %w", desired.Family, desired.Table, res.Operations, err)
+		}
 	}
 	s.applied = desired
 	if s.netlink && (len(delta.Chains) > 0 || len(delta.Sets) > 0 || len(delta.Maps) > 0) {
@@ -281,6 +273,26 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 		}
 	}
 	return res, nil
+}
+
+// applyOverNetlink sends the operations rec recorded as one netlink batch, when
+// netlink is on and they are element operations only (see recorder.elementOps),
+// and reports whether it did. When the batch fails, which applies none of it, it
+// turns netlink off and returns the error as the Result's Fallback: the caller
+// sends the operations through nft.
+func (s *Syncer) applyOverNetlink(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta, rec *recorder) (Result, bool) {
+	if !s.netlink {
+		return Result{}, false
+	}
+	ops, n, ok := rec.elementOps(desired, delta)
+	if !ok {
+		return Result{}, false
+	}
+	if _, err := s.write(ctx, desired, ops); err != nil {
+		s.netlink = false
+		return Result{Fallback: fmt.Errorf("writing %d elements of table %s %s over netlink: %w", n, desired.Family, desired.Table, err)}, false
+	}
+	return Result{Operations: len(rec.ops), NetlinkElements: n}, true
 }
 
 // Tidy removes the emptied objects incremental syncs kept in the table (see
@@ -629,7 +641,7 @@ func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
 // while referenced. With a keeper (k non-nil), removed chains, sets and maps are
 // emptied and kept rather than deleted, and dispatch chains only gain rules (see
 // keeper).
-func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *ruleset.Delta, k *keeper) {
+func applyDelta(tx txWriter, desired *ruleset.Ruleset, delta *ruleset.Delta, k *keeper) {
 	chains := ruleset.SortedKeys(delta.Chains)
 	// rewrite marks new chains that were kept with other rules; same, kept ones with
 	// the very rules wanted.
@@ -733,7 +745,7 @@ func applyDelta(tx *knftables.Transaction, desired *ruleset.Ruleset, delta *rule
 // removeObjects queues the deletion of chains (all flushed first, as they may jump
 // to each other), then of the sets and maps named, which only those chains or
 // flushed rules referred to.
-func removeObjects(tx *knftables.Transaction, desired *ruleset.Ruleset, chains []knftables.Chain, sets, maps []string) {
+func removeObjects(tx txWriter, desired *ruleset.Ruleset, chains []knftables.Chain, sets, maps []string) {
 	for i := range chains {
 		ch := &chains[i]
 		ch.Family, ch.Table, ch.Handle = desired.Family, desired.Table, nil
