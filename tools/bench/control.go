@@ -308,7 +308,7 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 			return nil, err
 		}
 		res.Churn = cr
-		say("churn: %.0f changes/s applied (%d syncs, %d full; batch p50 %.0f max %.0f; sync p50 %.1f ms max %.1f ms, of which build p50 %.1f ms, nft p50 %.1f ms; backlog %d)",
+		say("churn: %.0f changes/s applied (%d syncs, %d full; batch p50 %.0f max %.0f; sync p50 %.1f ms max %.1f ms, of which build p50 %.1f ms, apply (nft or netlink) p50 %.1f ms; backlog %d)",
 			cr.Throughput, cr.Syncs, cr.FullSyncs, cr.Batch.P50, cr.Batch.Max, cr.Sync.P50, cr.Sync.Max, cr.BuildMs.P50, cr.NftMs.P50, cr.BacklogAtEnd)
 	}
 	res.PeakRSSEndMB = vmHWM()
