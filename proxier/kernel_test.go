@@ -95,6 +95,10 @@ func inNetns() error {
 	if err := p.Sync(ctx); err != nil {
 		return fmt.Errorf("first sync: %w", err)
 	}
+	// With DefaultNewNFT, elements go over netlink, and did.
+	if !p.syncers[knftables.IPv4Family].Netlink() {
+		return errors.New("the Syncer of a Proxier over DefaultNewNFT does not write elements over netlink")
+	}
 	nft, err := knftables.New(knftables.IPv4Family, table)
 	if err != nil {
 		return err

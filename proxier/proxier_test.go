@@ -351,6 +351,9 @@ func TestFirstSyncWritesTheBuildThenAdoptsTheBuilder(t *testing.T) {
 	p.OnServiceUpdate(webService())
 	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a")))
 	v4 := fs[knftables.IPv4Family]
+	if p.syncers[knftables.IPv4Family].Netlink() {
+		t.Error("a Syncer over a Fake writes elements over netlink")
+	}
 	v4.setFailing(true)
 	if err := p.Sync(context.Background()); err == nil {
 		t.Fatal("first sync over a failing nft succeeded")

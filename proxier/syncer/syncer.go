@@ -146,6 +146,11 @@ func isFake(nft knftables.Interface) bool {
 // the kernel and what the Syncer believes it applied (a periodic resync calls this).
 func (s *Syncer) RequestFullSync() { s.full = true }
 
+// Netlink reports whether syncs write elements over netlink when they can (see
+// WithNetlinkElements): on when the Syncer was made so, until a netlink batch
+// fails.
+func (s *Syncer) Netlink() bool { return s.netlink }
+
 // Applied returns the ruleset applied by the last successful sync, or nil.
 func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }
 
