@@ -1,6 +1,9 @@
 // Package syncer applies desired rulesets to an nftables table through
 // knftables.Interface: a full sync first and whenever asked, otherwise an
-// incremental transaction that holds only what changed since the last sync.
+// incremental transaction that holds only what changed since the last sync. With
+// WithNetlinkElements, set and map elements go as nf_tables batches over netlink
+// where that keeps each change atomic: the elements of full syncs, and incremental
+// syncs that change elements only.
 package syncer
 
 import (
