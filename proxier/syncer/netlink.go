@@ -31,19 +31,18 @@ const (
 // ctx has no deadline.
 const loadTimeout = 2 * time.Minute
 
-// batch is an nf_tables batch of netlink messages written into one buffer: the
-// kernel reads a batch from the buffer of one sendmsg. Its parts are encoded
-// apart, then joined.
+// batch is a run of netlink messages written into one buffer: a part of an
+// nf_tables batch (see frame), or its begin or end message.
 type batch struct {
 	b []byte
-	// names are the set or map each message is about, by sequence number - 1.
+	// names are the set or map each message is about, in order.
 	names []string
 	// msg is where the message being written starts.
 	msg int
 }
 
 // begin starts a message of type typ with flags, about the set or map name. Its
-// sequence number is set when the message is joined to a batch.
+// sequence number is set when the batch is framed (writeElements).
 func (w *batch) begin(typ, flags uint16, name string) {
 	w.msg = len(w.b)
 	w.names = append(w.names, name)
@@ -78,18 +77,6 @@ func (w *batch) elements(typ uint16, family byte, table, name string) {
 	w.b = append(w.b, family, unix.NFNETLINK_V0, 0, 0)
 	w.b = appendString(w.b, unix.NFTA_SET_ELEM_LIST_TABLE, table)
 	w.b = appendString(w.b, unix.NFTA_SET_ELEM_LIST_SET, name)
-}
-
-// join appends the messages of part to w, numbering them.
-func (w *batch) join(part *batch) {
-	for i, off := 0, 0; off < len(part.b); i++ {
-		l := int(binary.NativeEndian.Uint32(part.b[off:]))
-		w.msg = len(w.b)
-		w.b = append(w.b, part.b[off:off+l]...)
-		w.names = append(w.names, part.names[i])
-		binary.NativeEndian.PutUint32(w.b[w.msg+8:], uint32(len(w.names)))
-		off += l
-	}
 }
 
 // elementOps are the element operations on one set or map in a netlink batch:
@@ -161,22 +148,43 @@ func writeElements(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps, d
 	if err := errors.Join(errs...); err != nil {
 		return n, err
 	}
-	size := 64
+	// The parts go as they are, one iovec each of one sendmsg, numbered in place.
+	begin, end := &batch{}, &batch{}
+	begin.control(unix.NFNL_MSG_BATCH_BEGIN)
+	end.control(unix.NFNL_MSG_BATCH_END)
+	f := &frame{bufs: [][]byte{begin.b}, names: []string{""}}
+	binary.NativeEndian.PutUint32(begin.b[8:], 1)
+	var last []byte
 	for _, p := range parts {
-		size += len(p.b)
+		for i, off := 0, 0; off < len(p.b); i++ {
+			l := int(binary.NativeEndian.Uint32(p.b[off:]))
+			f.names = append(f.names, p.names[i])
+			binary.NativeEndian.PutUint32(p.b[off+8:], uint32(len(f.names)))
+			last = p.b[off : off+l]
+			off += l
+		}
+		f.bufs = append(f.bufs, p.b)
 	}
-	w := &batch{b: make([]byte, 0, size)}
-	w.control(unix.NFNL_MSG_BATCH_BEGIN)
-	for _, p := range parts {
-		w.join(p)
+	if last == nil {
+		return 0, nil
 	}
 	// The last message asks for an acknowledgement: the kernel sends it once the
 	// batch is committed, after the error of any message that failed (which aborts
 	// the whole batch).
-	last := uint32(len(w.names))
-	binary.NativeEndian.PutUint16(w.b[w.msg+6:], binary.NativeEndian.Uint16(w.b[w.msg+6:])|unix.NLM_F_ACK)
-	w.control(unix.NFNL_MSG_BATCH_END)
-	return n, w.send(ctx, last, do)
+	binary.NativeEndian.PutUint16(last[6:], binary.NativeEndian.Uint16(last[6:])|unix.NLM_F_ACK)
+	ack := binary.NativeEndian.Uint32(last[8:])
+	f.names = append(f.names, "")
+	binary.NativeEndian.PutUint32(end.b[8:], uint32(len(f.names)))
+	f.bufs = append(f.bufs, end.b)
+	return n, f.send(ctx, ack, do)
+}
+
+// frame is a whole nf_tables batch: its buffers, sent as the iovecs of one
+// sendmsg (the kernel reads a batch from one message), and the set or map each of
+// its messages is about, by sequence number - 1.
+type frame struct {
+	bufs  [][]byte
+	names []string
 }
 
 // parallelElements is the element count from which a batch is encoded by several
@@ -230,7 +238,11 @@ func encodeOps(family byte, table string, op *elementOps) (*batch, error) {
 // send sends the batch in one sendmsg on a netlink socket opened inside do (or by
 // the calling goroutine), and waits for the acknowledgement of message last or an
 // error.
-func (w *batch) send(ctx context.Context, last uint32, do func(func() error) error) error {
+func (f *frame) send(ctx context.Context, last uint32, do func(func() error) error) error {
+	size := 0
+	for _, b := range f.bufs {
+		size += len(b)
+	}
 	var fd int
 	open := func() (err error) {
 		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
@@ -246,7 +258,7 @@ func (w *batch) send(ctx context.Context, last uint32, do func(func() error) err
 	// The batch can be far larger than net.core.wmem_max; errors name what failed
 	// and do not echo the message back.
 	for _, o := range []struct{ opt, val int }{
-		{unix.SO_SNDBUFFORCE, len(w.b) + 1<<20},
+		{unix.SO_SNDBUFFORCE, size + 1<<20},
 		{unix.SO_RCVBUFFORCE, 1 << 20},
 	} {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
@@ -263,8 +275,12 @@ func (w *batch) send(ctx context.Context, last uint32, do func(func() error) err
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return fmt.Errorf("netlink socket timeout: %w", err)
 	}
-	if err := unix.Sendto(fd, w.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return fmt.Errorf("sending a batch of %d messages (%d bytes): %w", len(w.names), len(w.b), err)
+	sent, err := unix.SendmsgBuffers(fd, f.bufs, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
+	if err == nil && sent != size {
+		err = fmt.Errorf("%d bytes sent", sent)
+	}
+	if err != nil {
+		return fmt.Errorf("sending a batch of %d messages (%d bytes): %w", len(f.names), size, err)
 	}
 	buf := make([]byte, 1<<16)
 	for {
@@ -284,7 +300,7 @@ func (w *batch) send(ctx context.Context, last uint32, do func(func() error) err
 				continue
 			}
 			if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
-				return w.failure(m, syscall.Errno(-code))
+				return f.failure(m, syscall.Errno(-code))
 			}
 			if m.Header.Seq == last {
 				return nil
@@ -295,11 +311,11 @@ func (w *batch) send(ctx context.Context, last uint32, do func(func() error) err
 
 // failure describes the error errno the kernel answered to a message of the
 // batch: the set or map it was about, and the kernel's extended-ack text if any.
-func (w *batch) failure(m syscall.NetlinkMessage, errno syscall.Errno) error {
+func (f *frame) failure(m syscall.NetlinkMessage, errno syscall.Errno) error {
 	var what string
 	if len(m.Data) >= 20 {
-		if seq := binary.NativeEndian.Uint32(m.Data[12:]); seq >= 1 && int(seq) <= len(w.names) && w.names[seq-1] != "" {
-			what = w.names[seq-1] + ": "
+		if seq := binary.NativeEndian.Uint32(m.Data[12:]); seq >= 1 && int(seq) <= len(f.names) && f.names[seq-1] != "" {
+			what = f.names[seq-1] + ": "
 		}
 	}
 	err := fmt.Errorf("%s%w", what, errno)
