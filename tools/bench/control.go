@@ -189,7 +189,7 @@ func runControlChild(args []string) error {
 	var seed uint64
 	var target, backends string
 	fs.IntVar(&o.N, "n", 1000, "Services")
-	fs.IntVar(&o.Updates, "updates", 20, "one-Service updates")
+	fs.IntVar(&o.Updates, "updates", 60, "one-Service updates")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the changes")
 	fs.DurationVar(&o.Churn, "churn", 0, "churn duration (0: none)")
 	fs.Float64Var(&o.ChurnRate, "churn-rate", 2000, "offered Service changes per second")

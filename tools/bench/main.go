@@ -114,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&sizes, "sizes", "", "control-plane N, comma-separated (default 1000,10000,50000; quick 1000,10000)")
 	fs.StringVar(&dataSizes, "dataplane-sizes", "", "data-plane N (default 100,10000,50000; quick 100,10000)")
 	fs.StringVar(&simSizes, "sim-sizes", "", "simulator N (default 1000,50000; quick 1000,10000)")
-	fs.IntVar(&o.updates, "updates", 20, "one-Service updates per N")
+	fs.IntVar(&o.updates, "updates", 60, "one-Service updates per N")
 	fs.DurationVar(&o.churn, "churn", 0, "churn duration at the largest N (default 10s; quick 5s)")
 	fs.Float64Var(&o.churnRate, "churn-rate", 2000, "Service changes per second offered during the churn (a sync applies at most one second's worth)")
 	fs.IntVar(&o.connects, "connects", 0, "TCP connects per ruleset (default 3000; quick 1000)")
