@@ -332,7 +332,7 @@ func (f *frame) failure(m syscall.NetlinkMessage, errno syscall.Errno) error {
 		if typ == unix.NLMSGERR_ATTR_MSG {
 			return fmt.Errorf("%w (%s)", err, strings.TrimRight(string(tlv[4:l]), "\x00"))
 		}
-		tlv = tlv[(l+3)&^3:]
+		tlv = tlv[min((l+3)&^3, len(tlv)):]
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
@@ -430,5 +432,31 @@ func TestRecorderElementOps(t *testing.T) {
 				t.Errorf("%s: no operations", tc.name)
 			}
 		}
+	}
+}
+
+// TestFrameFailure checks the error made of the kernel's answer: the set of the
+// failed message, the errno, and the extended-ack text, whose attribute need not
+// be padded at the end of the answer.
+func TestFrameFailure(t *testing.T) {
+	f := &frame{names: []string{"", "hairpin", ""}}
+	code := -int32(syscall.ENOENT)
+	data := binary.NativeEndian.AppendUint32(nil, uint32(code))
+	hdr := make([]byte, 16) // the failed message's header
+	binary.NativeEndian.PutUint32(hdr[8:], 2)
+	data = append(data, hdr...)
+	msg := "No such set"
+	data = binary.NativeEndian.AppendUint16(data, uint16(4+len(msg)))
+	data = binary.NativeEndian.AppendUint16(data, unix.NLMSGERR_ATTR_MSG)
+	data = append(data, msg...) // 15 bytes: not padded
+	m := syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: unix.NLMSG_ERROR, Flags: unix.NLM_F_ACK_TLVS}, Data: data}
+	err := f.failure(m, syscall.ENOENT)
+	if !errors.Is(err, syscall.ENOENT) || err.Error() != "hairpin: no such file or directory (No such set)" {
+		t.Errorf("failure = %v", err)
+	}
+	// An attribute of another type, unpadded at the end: no text.
+	m.Data = append(binary.NativeEndian.AppendUint16(data[:20:20], 5), 99, 0, 1)
+	if err := f.failure(m, syscall.ENOENT); err.Error() != "hairpin: no such file or directory" {
+		t.Errorf("failure without a message attribute = %v", err)
 	}
 }
