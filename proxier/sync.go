@@ -81,7 +81,7 @@ func (p *Proxier) apply(ctx context.Context, st *state.ClusterState) (anyFull bo
 		}
 		anyFull = anyFull || res.Full
 		if res.Fallback != nil {
-			p.log.Warn("full sync loaded its elements through nft after netlink failed; later full syncs use nft only",
+			p.log.Warn("sync went through nft after its netlink batch failed; later syncs use nft only",
 				"family", string(fam), "err", res.Fallback)
 		}
 		if res.Operations > 0 {
