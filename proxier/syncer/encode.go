@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -9,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
 // fieldType is an nftables data type a set or map key (or map value) field may
@@ -123,10 +126,10 @@ type container struct {
 	key, value layout
 }
 
-// containerOf returns how to encode the elements of the set or map name of rs, or
-// an error when the loader cannot: a set or map with the interval flag (whose
-// elements are ranges), a verdict map, or a field type it does not know. Those
-// are left to nft.
+// containerOf returns how to encode the elements of set or m (whichever is not
+// nil), or an error when the loader cannot: a set or map with the interval flag
+// (whose elements are ranges), a typeof definition, or a field type it does not
+// know (a verdict map's, for one). Those are left to nft.
 func containerOf(set *knftables.Set, m *knftables.Map) (*container, error) {
 	var name, typ string
 	var flags []knftables.SetFlag
@@ -160,28 +163,42 @@ func containerOf(set *knftables.Set, m *knftables.Map) (*container, error) {
 
 // appendElement appends e as one nested NFTA_LIST_ELEM attribute of a
 // NEWSETELEM message: its key, its value (maps) and its comment; or, when keyOnly
-// is set, of a DELSETELEM message: its key alone, which names it.
+// is set, of a DELSETELEM message: its key alone, which names it. An error names
+// the element and the set or map.
 func (c *container) appendElement(b []byte, e *knftables.Element, keyOnly bool) ([]byte, error) {
+	start := len(b)
+	b, err := c.encodeElement(b, e, keyOnly)
+	if err == nil && len(b)-start > elementMax {
+		err = fmt.Errorf("%d bytes encoded, more than %d", len(b)-start, elementMax)
+	}
+	if err != nil {
+		return b, fmt.Errorf("element %q of %s: %w", ruleset.ElementKey(e), c.name, err)
+	}
+	return b, nil
+}
+
+// encodeElement is appendElement without the element in its errors.
+func (c *container) encodeElement(b []byte, e *knftables.Element, keyOnly bool) ([]byte, error) {
 	var err error
 	b, elem := beginNest(b, unix.NFTA_LIST_ELEM)
 	b, key := beginNest(b, unix.NFTA_SET_ELEM_KEY)
 	b, val := beginAttr(b, unix.NFTA_DATA_VALUE)
 	if b, err = c.key.encode(b, e.Key); err != nil {
-		return b, fmt.Errorf("element %q of %s: key: %w", strings.Join(e.Key, " . "), c.name, err)
+		return b, fmt.Errorf("key: %w", err)
 	}
 	b = endAttr(endAttr(b, val), key)
 	if keyOnly {
 		return endAttr(b, elem), nil
 	}
 	if (c.value != nil) != (len(e.Value) > 0) {
-		return b, fmt.Errorf("element %q of %s: a value is needed exactly for map elements", strings.Join(e.Key, " . "), c.name)
+		return b, errors.New("a value is needed exactly for map elements")
 	}
 	if c.value != nil {
 		var data int
 		b, data = beginNest(b, unix.NFTA_SET_ELEM_DATA)
 		b, val = beginAttr(b, unix.NFTA_DATA_VALUE)
 		if b, err = c.value.encode(b, e.Value); err != nil {
-			return b, fmt.Errorf("element %q of %s: value: %w", strings.Join(e.Key, " . "), c.name, err)
+			return b, fmt.Errorf("value: %w", err)
 		}
 		b = endAttr(endAttr(b, val), data)
 	}
@@ -189,7 +206,7 @@ func (c *container) appendElement(b []byte, e *knftables.Element, keyOnly bool) 
 		// nft's user data: one TLV of type NFTNL_UDATA_SET_ELEM_COMMENT (0) holding the
 		// comment and its terminating NUL, its length in one byte.
 		if len(*e.Comment)+1 > 255 {
-			return b, fmt.Errorf("element %q of %s: comment of %d bytes is too long", strings.Join(e.Key, " . "), c.name, len(*e.Comment))
+			return b, fmt.Errorf("comment of %d bytes is too long", len(*e.Comment))
 		}
 		var ud int
 		b, ud = beginAttr(b, unix.NFTA_SET_ELEM_USERDATA)

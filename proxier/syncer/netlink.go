@@ -213,13 +213,9 @@ func encodeOps(family byte, table string, op *elementOps) (*batch, error) {
 				w.elements(step.typ, family, table, c.name)
 				w.b, list = beginNest(w.b, unix.NFTA_SET_ELEM_LIST_ELEMENTS)
 			}
-			start := len(w.b)
 			var err error
 			if w.b, err = c.appendElement(w.b, e, step.typ == unix.NFT_MSG_DELSETELEM); err != nil {
 				return nil, err
-			}
-			if len(w.b)-start > elementMax {
-				return nil, fmt.Errorf("element %q of %s: %d bytes encoded, more than %d", ruleset.ElementKey(e), c.name, len(w.b)-start, elementMax)
 			}
 			if len(w.b)-list > messageElements {
 				w.b = endAttr(w.b, list)

@@ -69,20 +69,14 @@ func (r *recorder) elementOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([
 	type pending struct {
 		op       elementOps
 		del, add []*knftables.Element
-		last     verb
-		started  bool
 	}
 	byName := map[string]*pending{}
 	var order []string
-	n := 0
 	for _, rec := range r.ops {
 		var name string
 		var elem *knftables.Element
 		switch o := rec.obj.(type) {
 		case *knftables.Element:
-			if rec.verb == flushVerb {
-				return nil, 0, false
-			}
 			name, elem = ruleset.Container(o), o
 		case *knftables.Set:
 			name = o.Name
@@ -91,7 +85,7 @@ func (r *recorder) elementOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([
 		default:
 			return nil, 0, false
 		}
-		if elem == nil && rec.verb != flushVerb {
+		if (elem == nil) != (rec.verb == flushVerb) {
 			return nil, 0, false
 		}
 		p := byName[name]
@@ -106,27 +100,26 @@ func (r *recorder) elementOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([
 		}
 		switch rec.verb {
 		case flushVerb:
-			if p.started {
+			if p.op.flush || len(p.del)+len(p.add) > 0 {
 				return nil, 0, false
 			}
 			p.op.flush = true
 		case deleteVerb:
-			if p.last == addVerb && len(p.add) > 0 {
+			if len(p.add) > 0 {
 				return nil, 0, false
 			}
 			p.del = append(p.del, elem)
-			n++
 		case addVerb:
 			p.add = append(p.add, elem)
-			n++
 		}
-		p.last, p.started = rec.verb, true
 	}
 	ops := make([]elementOps, 0, len(order))
+	n := 0
 	for _, name := range order {
 		p := byName[name]
 		p.op.del, p.op.add, p.op.n = slices.Values(p.del), slices.Values(p.add), len(p.del)+len(p.add)
 		ops = append(ops, p.op)
+		n += p.op.n
 	}
 	return ops, n, true
 }

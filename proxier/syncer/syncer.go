@@ -121,13 +121,14 @@ func New(nft knftables.Interface, opts ...Option) *Syncer {
 	s.write = func(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps) (int, error) {
 		return writeElements(ctx, rs, ops, s.do)
 	}
-	if isFake(nft) {
+	fake := isFake(nft)
+	if fake {
 		s.group, s.keepLimit = 1, 0
 	}
 	for _, o := range opts {
 		o(s)
 	}
-	if isFake(nft) {
+	if fake {
 		s.netlink = false
 	}
 	if s.keepLimit > 0 {
@@ -356,8 +357,12 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 		return Result{Full: true}, err
 	}
 	var conts []*container
-	if s.netlink && (len(existing["chain"]) == 0 || (s.structure != "" && s.structure == structureOf(desired))) {
-		conts = netlinkContainers(desired)
+	var structure string
+	if s.netlink {
+		structure = structureOf(desired)
+		if len(existing["chain"]) == 0 || s.structure == structure {
+			conts = netlinkContainers(desired)
+		}
 	}
 	skip := make(map[string]bool, len(conts))
 	for _, c := range conts {
@@ -401,7 +406,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 		s.mapDefs = map[string]*knftables.Map{}
 	}
 	if s.netlink {
-		s.structure = structureOf(desired)
+		s.structure = structure
 	}
 	return res, nil
 }
@@ -552,9 +557,9 @@ func changed[T any](defs map[string]*T, name string, want *T) bool {
 }
 
 // addAll queues the whole of rs on tx, as rs.AddTo does, but with the elements
-// grouped s.group to a command, and without those of the sets and maps in skip. It returns the number of elements written in a
-// command of an earlier element, to be added to tx.NumOperations() for the count
-// of operations.
+// grouped s.group to a command, and without those of the sets and maps in skip.
+// It returns the number of elements written in a command of an earlier element,
+// to be added to tx.NumOperations() for the count of operations.
 func (s *Syncer) addAll(tx *knftables.Transaction, rs *ruleset.Ruleset, skip map[string]bool) (merged int) {
 	bare := *rs
 	bare.Elements = nil
