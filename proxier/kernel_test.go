@@ -78,6 +78,7 @@ func inNetns() error {
 		NodeName:  "node-a",
 		Ruleset:   ruleset.Config{Table: table, LocalMode: ruleset.LocalClusterCIDR, ClusterCIDRs: prefixes("10.0.0.0/8")},
 		Families:  []knftables.Family{knftables.IPv4Family},
+		Netlink:   KernelNetlink,
 		Conntrack: conntrack.NewCleaner(),
 	})
 	if err != nil {
@@ -95,9 +96,9 @@ func inNetns() error {
 	if err := p.Sync(ctx); err != nil {
 		return fmt.Errorf("first sync: %w", err)
 	}
-	// With DefaultNewNFT, elements go over netlink, and did.
+	// With KernelNetlink, elements go over netlink, and did.
 	if !p.syncers[knftables.IPv4Family].Netlink() {
-		return errors.New("the Syncer of a Proxier over DefaultNewNFT does not write elements over netlink")
+		return errors.New("the Syncer of a Proxier with KernelNetlink does not write elements over netlink")
 	}
 	nft, err := knftables.New(knftables.IPv4Family, table)
 	if err != nil {

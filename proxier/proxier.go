@@ -33,22 +33,21 @@ type NewNFTFunc func(family knftables.Family, table string) (knftables.Interface
 
 // DefaultNewNFT is knftables.New, for the kernel's nft in the current namespace. It
 // lists the table's chains, sets and maps over netlink (knftables.UseNetlink): nft
-// fetches every element to list a table, which takes seconds at 50,000 Services
-// (2.1 s for a table of 447k elements), while a full sync only needs the names.
-//
-// The proxier also writes set and map elements over netlink into the tables
-// DefaultNewNFT opens (syncer.WithNetlinkElements), in the same namespace.
+// fetches every element to list a table, which takes seconds at 50,000 Services,
+// while a full sync only needs the names.
 func DefaultNewNFT(family knftables.Family, table string) (knftables.Interface, error) {
-	nft, err := knftables.New(family, table, knftables.UseNetlink)
-	if err != nil {
-		return nil, err
-	}
-	return kernelNFT{nft}, nil
+	return knftables.New(family, table, knftables.UseNetlink)
 }
 
-// kernelNFT is the knftables.Interface of DefaultNewNFT: the kernel's nft in the
-// process's network namespace.
-type kernelNFT struct{ knftables.Interface }
+// NetlinkFunc returns the syncer.Transport that carries the netlink element
+// batches of a family's table, the one nft (from NewNFT) writes.
+type NetlinkFunc func(family knftables.Family, nft knftables.Interface) syncer.Transport
+
+// KernelNetlink is the NetlinkFunc for DefaultNewNFT's tables: the kernel's
+// nf_tables in the process's network namespace.
+func KernelNetlink(knftables.Family, knftables.Interface) syncer.Transport {
+	return syncer.KernelNetlink(nil)
+}
 
 // Families are the IP families a Proxier programs by default.
 var Families = []knftables.Family{knftables.IPv4Family, knftables.IPv6Family}
@@ -73,6 +72,11 @@ type Config struct {
 	// NewNFT opens a family's table (default DefaultNewNFT); tests pass one that
 	// returns a knftables.Fake.
 	NewNFT NewNFTFunc
+	// Netlink, when set, makes the syncers write set and map elements as netlink
+	// batches (syncer.WithNetlink) through the transport it returns for each
+	// family's table: KernelNetlink with DefaultNewNFT, syncer.FakeNetlink of the
+	// same Fake with a Fake. Nil writes everything through NewNFT's nft.
+	Netlink NetlinkFunc
 	// Metrics receives the proxier's metrics (default a new, unserved set).
 	Metrics *metrics.Metrics
 	// Healthz, when set, is told of queued changes and successful syncs, and of the
@@ -168,10 +172,8 @@ func New(cfg Config) (*Proxier, error) {
 		}
 		p.families = append(p.families, fam)
 		var opts []syncer.Option
-		if _, ok := nft.(kernelNFT); ok {
-			// Elements go over netlink into the table of this namespace, which is
-			// where DefaultNewNFT's nft writes.
-			opts = append(opts, syncer.WithNetlinkElements(nil))
+		if cfg.Netlink != nil {
+			opts = append(opts, syncer.WithNetlink(cfg.Netlink(fam, nft)))
 		}
 		p.syncers[fam] = syncer.New(nft, opts...)
 		p.builders[fam] = ruleset.NewBuilder(cfg.Ruleset, fam)

@@ -46,7 +46,7 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	sh := health.NewServiceHealthServer("", hz.Healthy, log)
 	var r *runner.Runner
 	p, err := proxier.New(proxier.Config{
-		NodeName: o.NodeName, Ruleset: o.Ruleset, NewNFT: d.newNFT,
+		NodeName: o.NodeName, Ruleset: o.Ruleset, NewNFT: d.newNFT, Netlink: d.netlink,
 		Metrics: m, Healthz: hz, ServiceHealth: sh, Conntrack: d.conntrack,
 		Log: log, OnChange: func() { r.Run() },
 	})

@@ -35,6 +35,9 @@ func main() {
 type deps struct {
 	// newNFT opens a family's table (proxier.DefaultNewNFT: the kernel's nft).
 	newNFT proxier.NewNFTFunc
+	// netlink carries the element batches into newNFT's tables
+	// (proxier.KernelNetlink; nil: everything through nft).
+	netlink proxier.NetlinkFunc
 	// newClient connects to the API server.
 	newClient func(o *Options) (kubernetes.Interface, error)
 	// conntrack deletes stale conntrack entries (nil: no cleanup).
@@ -42,7 +45,7 @@ type deps struct {
 }
 
 func defaultDeps() deps {
-	return deps{newNFT: proxier.DefaultNewNFT, newClient: newClient, conntrack: conntrack.NewCleaner()}
+	return deps{newNFT: proxier.DefaultNewNFT, netlink: proxier.KernelNetlink, newClient: newClient, conntrack: conntrack.NewCleaner()}
 }
 
 // newClient returns a clientset for --master / --kubeconfig, or the in-cluster

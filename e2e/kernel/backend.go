@@ -117,7 +117,7 @@ func (b *Backend) Start(sc *features.Scenario, st *state.ClusterState) (err erro
 			return err
 		}
 		b.nfts[fam] = nft
-		b.syncers[fam] = syncer.New(nft, syncer.WithNetlinkElements(b.lab.Node.Do))
+		b.syncers[fam] = syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(b.lab.Node.Do)))
 	}
 	return b.Sync(st)
 }

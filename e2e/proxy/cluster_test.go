@@ -348,7 +348,7 @@ func newNodeProxy(l *lab.Lab, svcs []*v1.Service, slices []*discoveryv1.Endpoint
 		nft, err := lab.NFT(l.Node, fam, p.cfg.Table)
 		Expect(err).NotTo(HaveOccurred())
 		p.nft[fam] = nft
-		p.syncers[fam] = syncer.New(nft, syncer.WithNetlinkElements(l.Node.Do))
+		p.syncers[fam] = syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(l.Node.Do)))
 		p.fakes[fam] = knftables.NewFake(fam, p.cfg.Table)
 		p.mirrors[fam] = syncer.New(p.fakes[fam], syncer.WithKeepLimit(syncer.DefaultKeepLimit)) // as the kernel's
 	}

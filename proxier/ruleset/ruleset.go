@@ -138,7 +138,7 @@ func (r *Ruleset) TableObject() *knftables.Table {
 
 // AddTo queues the whole ruleset on tx with "add" operations, in an order the kernel
 // accepts: the table, chains, sets and maps first, then rules, then elements.
-func (r *Ruleset) AddTo(tx *knftables.Transaction) {
+func (r *Ruleset) AddTo(tx interface{ Add(knftables.Object) }) {
 	tx.Add(r.TableObject())
 	chains := SortedKeys(r.Chains)
 	for _, name := range chains {

@@ -61,7 +61,7 @@ func TestPropertyBuilderChurnEqualsFreshBuild(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 5))
 		st := cluster(30)
 		f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-		s := New(f)
+		s := New(f, WithKeepLimit(0))
 		b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
 		rs, d := b.Update(st, nil)
 		mustApply(t, s, rs, d)

@@ -193,7 +193,7 @@ func TestPropertyClusterChurnEqualsFullSync(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 99))
 		st := cluster(30)
 		f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-		s := New(f)
+		s := New(f, WithKeepLimit(0))
 		for step := range 40 {
 			st, _ = churnStep(st, r, false)
 			want := ruleset.Build(st, testConfig, knftables.IPv4Family)

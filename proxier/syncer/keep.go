@@ -10,14 +10,12 @@ import (
 )
 
 // DefaultKeepLimit is the number of emptied chains, sets and maps incremental syncs
-// through a real nft leave in the table before one of them removes them all (see
-// keeper).
+// leave in the table before one of them removes them all (see keeper).
 const DefaultKeepLimit = 64
 
 // WithKeepLimit makes incremental syncs leave up to n emptied chains, sets and maps
-// in the table (see keeper); 0 removes them in the sync that empties them. The
-// default is DefaultKeepLimit through a real nft and 0 through an in-memory fake,
-// whose table then always equals the desired ruleset.
+// in the table (see keeper); 0 removes them in the sync that empties them, so that
+// the table always equals the desired ruleset. The default is DefaultKeepLimit.
 func WithKeepLimit(n int) Option {
 	return func(s *Syncer) { s.keepLimit = max(n, 0) }
 }

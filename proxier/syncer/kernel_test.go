@@ -80,29 +80,18 @@ func TestKernelIncrementalSyncs(t *testing.T) {
 
 func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
 
-// TestKernelGroupedFullSync loads grouped full syncs (7 elements to a command, so
-// that most sets and maps take several commands) into a real kernel, in a network
-// namespace of its own: into an empty table, then over the table it made, after the
-// kernel recorded a client in a session-affinity set. Every set and map listed back
-// holds what the ruleset holds — keys, values and comments — and the affinity record
-// survives the second full sync.
-func TestKernelGroupedFullSync(t *testing.T) {
-	_, nft := kernelNFT(t, "group", knftables.NoObjectCommentEmulation)
+// TestKernelFullSync loads full syncs through nft alone into a kernel table in a
+// network namespace of its own: into an empty table, then over the table it made,
+// after the kernel recorded a client in a session-affinity set. Every set and map
+// listed back holds what the ruleset holds — keys, values and comments — and the
+// affinity record survives the second full sync.
+func TestKernelFullSync(t *testing.T) {
+	_, nft := kernelNFT(t, "full", knftables.NoObjectCommentEmulation)
 	ctx := context.Background()
 	rs := ruleset.Build(cluster(60), testConfig, knftables.IPv4Family)
-	// The unit tests of grouping take the text of a Fake's transactions for that of
-	// a real nft's.
-	tx := nft.NewTransaction()
-	rs.AddTo(tx)
-	if want, _ := ungroupedText(rs); tx.String() != want {
-		t.Fatalf("a real knftables.Interface writes the ruleset otherwise than a Fake")
-	}
-	s := New(nft, WithElementGroup(7))
+	s := New(nft)
 	if res, err := s.Sync(ctx, rs); err != nil || !res.Full {
 		t.Fatalf("first sync: %+v, %v; want a full sync", res, err)
-	}
-	if n := len(rs.Elements[ruleset.SetClusterIPs]); n <= 7 {
-		t.Fatalf("set %s has %d elements; want more than one command's worth", ruleset.SetClusterIPs, n)
 	}
 	checkKernelTable(t, nft, rs, nil)
 
@@ -111,7 +100,7 @@ func TestKernelGroupedFullSync(t *testing.T) {
 		t.Fatal("the ruleset has no session-affinity set")
 	}
 	record := &knftables.Element{Set: aff[0], Key: sampleKey(t, rs.Sets[aff[0]].Type)}
-	tx = nft.NewTransaction()
+	tx := nft.NewTransaction()
 	tx.Add(record)
 	if err := nft.Run(ctx, tx); err != nil {
 		t.Fatal(err)
@@ -193,9 +182,9 @@ func checkKernelElements(t *testing.T, nft knftables.Interface, rs *ruleset.Rule
 }
 
 // BenchmarkKernelFullSync times a full sync of a large ruleset into an empty table of
-// a real kernel (in a network namespace of its own), with elements one per command
-// and grouped, and with nft's malloc tunables (TuneNFT) off and on. The cluster size
-// is $NFTPROXY_BENCH_SERVICES (default 50000):
+// a real kernel (in a network namespace of its own), through nft alone and with the
+// elements over netlink, with nft's malloc tunables (TuneNFT) off and on. The
+// cluster size is $NFTPROXY_BENCH_SERVICES (default 50000):
 //
 //	go test ./proxier/syncer -run '^$' -bench KernelFullSync -benchtime 3x
 func BenchmarkKernelFullSync(b *testing.B) {
@@ -205,16 +194,16 @@ func BenchmarkKernelFullSync(b *testing.B) {
 			b.Fatalf("NFTPROXY_BENCH_SERVICES=%q: %v", v, err)
 		}
 	}
-	_, nft := kernelNFT(b, "bench")
+	ns, nft := kernelNFT(b, "bench")
 	ctx := context.Background()
 	rs := ruleset.Build(cluster(n), testConfig, knftables.IPv4Family)
 	elements := 0
 	for _, es := range rs.Elements {
 		elements += len(es)
 	}
-	for _, group := range []int{1, DefaultElementGroup} {
+	for _, netlink := range []bool{false, true} {
 		for _, tuned := range []bool{false, true} {
-			b.Run(fmt.Sprintf("group=%d/tunables=%v", group, tuned), func(b *testing.B) {
+			b.Run(fmt.Sprintf("netlink=%v/tunables=%v", netlink, tuned), func(b *testing.B) {
 				if tuned {
 					b.Setenv("GLIBC_TUNABLES", NFTTunables)
 				} else {
@@ -228,7 +217,11 @@ func BenchmarkKernelFullSync(b *testing.B) {
 					if err := nft.Run(ctx, tx); err != nil {
 						b.Fatal(err)
 					}
-					s := New(nft, WithElementGroup(group))
+					var opts []Option
+					if netlink {
+						opts = append(opts, WithNetlink(KernelNetlink(ns.Do)))
+					}
+					s := New(nft, opts...)
 					b.StartTimer()
 					if _, err := s.Sync(ctx, rs); err != nil {
 						b.Fatal(err)

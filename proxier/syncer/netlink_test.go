@@ -109,7 +109,7 @@ func netlinkSyncer(t *testing.T, name string, family knftables.Family, opts ...O
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ns, nft, New(nft, append([]Option{WithNetlinkElements(ns.Do)}, opts...)...)
+	return ns, nft, New(nft, append([]Option{WithNetlink(KernelNetlink(ns.Do))}, opts...)...)
 }
 
 // listTable returns nft's listing of testConfig's table of family in ns.
@@ -237,7 +237,7 @@ func TestKernelNetlinkResync(t *testing.T) {
 	}
 
 	// A new Syncer does not know the rules in the table.
-	s2 := New(nft, WithNetlinkElements(ns.Do))
+	s2 := New(nft, WithNetlink(KernelNetlink(ns.Do)))
 	if res, err := s2.Sync(ctx, ruleset.Build(st, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements != 0 {
 		t.Fatalf("adopting the table: %+v, %v; want it all through nft", res, err)
 	}
@@ -256,7 +256,7 @@ func TestKernelNetlinkFallback(t *testing.T) {
 	rs := ruleset.Build(cluster(30), testConfig, knftables.IPv4Family)
 	_, nft, s := netlinkSyncer(t, "nlfb", knftables.IPv4Family)
 	broken := errors.New("netlink refused")
-	s.write = func(context.Context, *ruleset.Ruleset, []elementOps) (int, error) { return 0, broken }
+	s.transport = brokenTransport{broken}
 	res, err := s.Sync(ctx, rs)
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +285,9 @@ func TestKernelNetlinkError(t *testing.T) {
 	rs2 := ruleset.Build(cluster(20), testConfig, knftables.IPv4Family)
 	rs2.Elements[ghost.name] = map[string]*knftables.Element{"x": {Set: ghost.name, Key: []string{"10.0.0.1"}}}
 	ghost.key, _ = parseLayout("ipv4_addr")
-	_, err := writeElements(ctx, rs2, fullOps(rs2, append(conts, ghost)), ns.Do)
+	p := &Plan{Full: true}
+	p.withBatch(rs2, append(conts, ghost))
+	err := writeElements(ctx, rs2, p.Batch, KernelNetlink(ns.Do))
 	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no-such-set") {
 		t.Fatalf("error %v; want ENOENT naming no-such-set", err)
 	}
@@ -341,7 +343,7 @@ func TestKernelNetlinkIncremental(t *testing.T) {
 
 	// A failed batch: the operations go through nft, and netlink is off afterwards.
 	broken := errors.New("netlink refused")
-	s.write = func(context.Context, *ruleset.Ruleset, []elementOps) (int, error) { return 0, broken }
+	s.transport = brokenTransport{broken}
 	st = clone(st)
 	setEndpoints(st, name, 200, 0)
 	rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
@@ -353,7 +355,7 @@ func TestKernelNetlinkIncremental(t *testing.T) {
 		t.Fatalf("sync with a failing batch: %+v, %v; want the operations through nft and the netlink error as Fallback", res, err)
 	}
 	checkKeptTable(t, nft, rs, s.keep)
-	if s.netlink {
+	if s.Netlink() {
 		t.Error("netlink still on after a failed batch")
 	}
 }
@@ -374,10 +376,15 @@ func checkKeptTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset, 
 	checkKernelElements(t, nft, kept, nil)
 }
 
-// TestRecorderElementOps checks which recorded operations can go as a netlink
+// brokenTransport is a Transport whose every batch fails with err.
+type brokenTransport struct{ err error }
+
+func (t brokenTransport) send(context.Context, *frame, uint32, []elementOps) error { return t.err }
+
+// TestPlanElementBatch checks which planned operations can go as a netlink
 // batch: element additions and deletions and set flushes, in an order the batch
 // keeps (per set: flush, deletions, additions), of sets the loader encodes.
-func TestRecorderElementOps(t *testing.T) {
+func TestPlanElementBatch(t *testing.T) {
 	rs := ruleset.New(knftables.IPv4Family, testConfig.Table)
 	rs.AddSet(&knftables.Set{Name: "ips", Type: "ipv4_addr"})
 	rs.AddSet(&knftables.Set{Name: "ranges", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
@@ -387,46 +394,46 @@ func TestRecorderElementOps(t *testing.T) {
 	el := func(set string, key ...string) *knftables.Element { return &knftables.Element{Set: set, Key: key} }
 	for _, tc := range []struct {
 		name  string
-		ops   func(r *recorder)
+		ops   func(r *Plan)
 		ok    bool
 		elems int
 	}{
-		{"deletions then additions", func(r *recorder) {
+		{"deletions then additions", func(r *Plan) {
 			r.Delete(el("ips", "10.0.0.1"))
 			r.Add(el("ips", "10.0.0.2"))
 			r.Delete(el("kept", "10.0.0.3", "80"))
 		}, true, 3},
-		{"a flush first", func(r *recorder) {
+		{"a flush first", func(r *Plan) {
 			r.Flush(&knftables.Set{Name: "ips"})
 			r.Add(el("ips", "10.0.0.2"))
 		}, true, 1},
-		{"a deletion after an addition", func(r *recorder) {
+		{"a deletion after an addition", func(r *Plan) {
 			r.Add(el("ips", "10.0.0.2"))
 			r.Delete(el("ips", "10.0.0.1"))
 		}, false, 0},
-		{"a flush after an addition", func(r *recorder) {
+		{"a flush after an addition", func(r *Plan) {
 			r.Add(el("ips", "10.0.0.2"))
 			r.Flush(&knftables.Set{Name: "ips"})
 		}, false, 0},
-		{"a chain", func(r *recorder) {
+		{"a chain", func(r *Plan) {
 			r.Add(el("ips", "10.0.0.2"))
 			r.Add(&knftables.Chain{Name: "c"})
 		}, false, 0},
-		{"a new set", func(r *recorder) { r.Add(&knftables.Set{Name: "ips"}) }, false, 0},
-		{"an interval set", func(r *recorder) { r.Add(el("ranges", "10.0.0.0/8")) }, false, 0},
-		{"an unknown set", func(r *recorder) { r.Add(el("nowhere", "10.0.0.1")) }, false, 0},
+		{"a new set", func(r *Plan) { r.Add(&knftables.Set{Name: "ips"}) }, false, 0},
+		{"an interval set", func(r *Plan) { r.Add(el("ranges", "10.0.0.0/8")) }, false, 0},
+		{"an unknown set", func(r *Plan) { r.Add(el("nowhere", "10.0.0.1")) }, false, 0},
 	} {
-		r := &recorder{}
+		r := &Plan{}
 		tc.ops(r)
-		ops, n, ok := r.elementOps(rs, delta)
+		ops, n, ok := r.elementBatch(rs, delta)
 		if ok != tc.ok || n != tc.elems {
 			t.Errorf("%s: ok %v, %d elements; want %v, %d", tc.name, ok, n, tc.ok, tc.elems)
 		}
 		if ok {
 			tx := knftables.NewFake(rs.Family, rs.Table).NewTransaction()
-			r.replay(tx)
-			if tx.NumOperations() != len(r.ops) {
-				t.Errorf("%s: replay queued %d operations of %d", tc.name, tx.NumOperations(), len(r.ops))
+			r.queue(tx)
+			if tx.NumOperations() != len(r.Ops) {
+				t.Errorf("%s: queue queued %d operations of %d", tc.name, tx.NumOperations(), len(r.Ops))
 			}
 			if len(ops) == 0 {
 				t.Errorf("%s: no operations", tc.name)

@@ -126,7 +126,7 @@ func TestIncrementalSyncSendsOnlyTheChange(t *testing.T) {
 
 func TestRemovingAChainReferencedByElementsAndRules(t *testing.T) {
 	f := knftables.NewFake(fam, table)
-	s := New(f)
+	s := New(f, WithKeepLimit(0))
 	rs := baseRuleset()
 	rs.AddChain(knftables.Chain{Name: "svc-a"})
 	rs.AddRule("svc-a", "ip saddr @aff-a accept")
@@ -297,7 +297,7 @@ func TestPropertyIncrementalEqualsFullSync(t *testing.T) {
 	for seed := range uint64(40) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		f := knftables.NewFake(fam, table)
-		s := New(f)
+		s := New(f, WithKeepLimit(0))
 		for step := range 30 {
 			rs := randomRuleset(r)
 			if _, err := s.Sync(context.Background(), rs); err != nil {

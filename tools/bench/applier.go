@@ -45,7 +45,7 @@ type pureApplier struct {
 }
 
 func newPureApplier(nft knftables.Interface, cfg ruleset.Config) applier {
-	return &pureApplier{cfg: cfg, s: syncer.New(nft, syncer.WithNetlinkElements(nil))}
+	return &pureApplier{cfg: cfg, s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil)))}
 }
 
 func (p *pureApplier) path() string { return "ruleset.Build + Syncer.Sync" }
@@ -71,7 +71,7 @@ type incrementalApplier struct {
 }
 
 func newIncrementalApplier(nft knftables.Interface, cfg ruleset.Config) applier {
-	return &incrementalApplier{b: ruleset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft, syncer.WithNetlinkElements(nil)), cfg: cfg}
+	return &incrementalApplier{b: ruleset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil))), cfg: cfg}
 }
 
 func (a *incrementalApplier) path() string { return "ruleset.Builder.Update + Syncer.Apply" }
