@@ -317,3 +317,17 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+func TestCountTransports(t *testing.T) {
+	us := []UpdateStats{
+		{TotalMs: 1, Operations: 4, NetlinkElements: 4},
+		{TotalMs: 3, Operations: 4, NetlinkElements: 4, Deleted: true},
+		{TotalMs: 20, Operations: 12, Deleted: true},
+		{TotalMs: 0.1}, // nothing to write
+	}
+	got := countTransports(us)
+	want := transportCounts{Netlink: 2, NetlinkDeleting: 1, NFT: 1, NFTDeleting: 1, NetlinkP50Ms: 1, NFTP50Ms: 20}
+	if got != want {
+		t.Errorf("countTransports = %+v; want %+v", got, want)
+	}
+}

@@ -53,6 +53,9 @@ type ControlResult struct {
 	Updates []UpdateStats `json:"updates"`
 	Update  Summary       `json:"update_ms"`
 	Ops     Summary       `json:"update_operations"`
+	// Transports says how the one-Service updates went: over netlink or through
+	// nft, and how many of each deleted something.
+	Transports transportCounts `json:"update_transports"`
 	// PureBuildMs is the time of a from-scratch ruleset.Build of the whole state
 	// (the O(cluster) path the incremental builder replaces), median of a few.
 	PureBuildMs float64      `json:"pure_build_ms"`
@@ -74,6 +77,43 @@ type UpdateStats struct {
 	NetlinkElements int  `json:"netlink_elements,omitempty"`
 	Operations      int  `json:"operations"`
 	Full            bool `json:"full"`
+	// Deleted is true when the sync deleted an element, chain, set or map.
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// transportCounts counts syncs by the way they went: over netlink (element
+// operations only) or through an nft transaction, and of each, how many deleted
+// something (deletions cost more in the kernel on some machines).
+type transportCounts struct {
+	Netlink         int     `json:"netlink"`
+	NetlinkDeleting int     `json:"netlink_deleting"`
+	NFT             int     `json:"nft"`
+	NFTDeleting     int     `json:"nft_deleting"`
+	NetlinkP50Ms    float64 `json:"netlink_p50_ms"`
+	NFTP50Ms        float64 `json:"nft_p50_ms"`
+}
+
+// countTransports counts us by transport (see transportCounts).
+func countTransports(us []UpdateStats) transportCounts {
+	var c transportCounts
+	var nl, nft []float64
+	for _, u := range us {
+		if u.NetlinkElements > 0 {
+			c.Netlink++
+			nl = append(nl, u.TotalMs)
+			if u.Deleted {
+				c.NetlinkDeleting++
+			}
+		} else if u.Operations > 0 {
+			c.NFT++
+			nft = append(nft, u.TotalMs)
+			if u.Deleted {
+				c.NFTDeleting++
+			}
+		}
+	}
+	c.NetlinkP50Ms, c.NFTP50Ms = summarize(nl).P50, summarize(nft).P50
+	return c
 }
 
 // ChurnResult is the sustained-churn measurement: Service changes arrive at a
@@ -283,9 +323,12 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 		ops = append(ops, float64(u.Operations))
 	}
 	res.Update, res.Ops = summarize(times), summarize(ops)
+	res.Transports = countTransports(res.Updates)
 	if len(res.Updates) > 0 {
-		say("%d one-Service updates: p50 %.1f ms, p90 %.1f ms, operations p50 %.0f max %.0f",
-			len(res.Updates), res.Update.P50, res.Update.P90, res.Ops.P50, res.Ops.Max)
+		tc := res.Transports
+		say("%d one-Service updates: p50 %.1f ms, p90 %.1f ms, operations p50 %.0f max %.0f; %d over netlink (p50 %.2f ms, %d deleting), %d through nft (p50 %.2f ms, %d deleting)",
+			len(res.Updates), res.Update.P50, res.Update.P90, res.Ops.P50, res.Ops.Max,
+			tc.Netlink, tc.NetlinkP50Ms, tc.NetlinkDeleting, tc.NFT, tc.NFTP50Ms, tc.NFTDeleting)
 	}
 
 	// The from-scratch Build, for comparison.
@@ -373,7 +416,7 @@ func stats(s applyStats) UpdateStats {
 	return UpdateStats{
 		BuildMs: ms64(s.Build), SyncMs: ms64(s.Sync), TotalMs: ms64(s.Build + s.Sync),
 		IndexMs: ms64(s.Index), NetlinkElements: s.Result.NetlinkElements,
-		Operations: s.Result.Operations, Full: s.Result.Full,
+		Operations: s.Result.Operations, Full: s.Result.Full, Deleted: s.Result.Deleted,
 	}
 }
 
