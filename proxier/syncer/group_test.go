@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -272,9 +273,9 @@ func TestFullSyncKeepsTheElementsOfDynamicSets(t *testing.T) {
 				if mode == "Sync" {
 					return mustSync(t, s, rs)
 				}
-				var d *ruleset.Delta
+				var d *changeset.Delta
 				if prev != nil {
-					d = ruleset.Diff(prev, rs)
+					d = changeset.Diff(prev, rs)
 				}
 				prev = rs
 				return mustApply(t, s, rs, d)
@@ -362,7 +363,7 @@ func TestApplyFullSyncKeepsAffinityRecords(t *testing.T) {
 	st := cluster(20) // svc-6 and svc-16 have ClientIP affinity
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 	s := New(f)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	mustApply(t, s, rs, d)
 	aff := dynamicSets(rs)

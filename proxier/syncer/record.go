@@ -5,6 +5,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -65,7 +66,7 @@ func (r *recorder) replay(tx *knftables.Transaction) {
 // map, a flush comes first and no deletion follows an addition (the batch writes
 // a container's flush, deletions and additions in that order). It returns false
 // otherwise.
-func (r *recorder) elementOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([]elementOps, int, bool) {
+func (r *recorder) elementOps(desired *ruleset.Ruleset, delta *changeset.Delta) ([]elementOps, int, bool) {
 	type pending struct {
 		op       elementOps
 		del, add []*knftables.Element
@@ -126,7 +127,7 @@ func (r *recorder) elementOps(desired *ruleset.Ruleset, delta *ruleset.Delta) ([
 
 // definition returns the set or map name as desired has it, or as delta removes
 // it (a kept container whose elements the sync deletes).
-func definition(name string, desired *ruleset.Ruleset, delta *ruleset.Delta) (*knftables.Set, *knftables.Map) {
+func definition(name string, desired *ruleset.Ruleset, delta *changeset.Delta) (*knftables.Set, *knftables.Map) {
 	if s := desired.Sets[name]; s != nil {
 		return s, nil
 	}

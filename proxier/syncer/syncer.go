@@ -19,6 +19,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -74,9 +75,9 @@ type Result struct {
 	// incremental one its delta; later syncs use nft only.
 	Fallback error
 	// AffinityMoves are the session-affinity record moves made after the
-	// transaction (see ruleset.AffinityMoves): none unless the endpoints of a
+	// transaction (see changeset.AffinityMoves): none unless the endpoints of a
 	// Service with session affinity changed.
-	AffinityMoves []ruleset.AffinityMove
+	AffinityMoves []changeset.AffinityMove
 }
 
 // DefaultElementGroup is the number of set and map elements a full sync writes per
@@ -162,9 +163,9 @@ func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }
 // (O(size of the ruleset) in CPU, O(changes) in nft operations). The Syncer keeps
 // desired as the applied state, so callers must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
-	var delta *ruleset.Delta
+	var delta *changeset.Delta
 	if s.applied != nil && !s.live {
-		delta = ruleset.Diff(s.applied, desired)
+		delta = changeset.Diff(s.applied, desired)
 	}
 	moves := s.plannedMoves(ctx, desired, delta)
 	var res Result
@@ -178,12 +179,12 @@ func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, er
 }
 
 // Apply makes the table equal to desired, given delta, what changed in desired
-// since the last Apply: the output of ruleset.Builder.Update. Its cost is O(delta),
+// since the last Apply: the output of changeset.Builder.Update. Its cost is O(delta),
 // whatever the size of the ruleset. desired may keep changing between calls (it is
 // the Builder's own ruleset); a Syncer fed by Apply must not also be fed by Sync.
 // When a full sync is due (the first sync, after RequestFullSync or a failure),
 // delta is ignored and the whole of desired is written.
-func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
+func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
 	moves := s.plannedMoves(ctx, desired, delta)
 	if s.full || s.applied == nil || delta == nil {
 		res, err := s.fullSync(ctx, desired)
@@ -196,12 +197,12 @@ func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 }
 
 // plannedMoves returns the session-affinity record moves the coming sync of desired
-// needs (see ruleset.AffinityMoves), with the records they move listed: from delta,
+// needs (see changeset.AffinityMoves), with the records they move listed: from delta,
 // or, before the first sync, from the affinity maps a previous proxier left in the
 // kernel, which must be read before the sync overwrites them. It plans nothing when
 // neither is known or the kernel cannot be read; the sync goes on regardless.
-func (s *Syncer) plannedMoves(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) *affinityPlan {
-	var moves []ruleset.AffinityMove
+func (s *Syncer) plannedMoves(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) *affinityPlan {
+	var moves []changeset.AffinityMove
 	switch {
 	case s.applied == nil:
 		maps, err := s.nft.List(ctx, "maps")
@@ -212,7 +213,7 @@ func (s *Syncer) plannedMoves(ctx context.Context, desired *ruleset.Ruleset, del
 			return nil
 		}
 	case delta != nil:
-		moves = ruleset.AffinityMoves(desired, delta)
+		moves = changeset.AffinityMoves(desired, delta)
 	}
 	if len(moves) == 0 {
 		return nil
@@ -239,7 +240,7 @@ func (s *Syncer) finish(ctx context.Context, desired *ruleset.Ruleset, res Resul
 
 // apply sends delta as one transaction, or a full sync when delta changes an
 // object's definition in a way nft cannot update in place.
-func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
+func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
 	if needsFull(s.applied, desired, delta) || s.keep.conflicts(delta) {
 		return s.fullSync(ctx, desired)
 	}
@@ -289,7 +290,7 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 // and reports whether it did. When the batch fails, which applies none of it, it
 // turns netlink off and returns the error as the Result's Fallback: the caller
 // sends the operations through nft.
-func (s *Syncer) applyOverNetlink(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta, rec *recorder) (Result, bool) {
+func (s *Syncer) applyOverNetlink(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta, rec *recorder) (Result, bool) {
 	if !s.netlink {
 		return Result{}, false
 	}
@@ -627,7 +628,7 @@ func writeElement(b *strings.Builder, e *knftables.Element) {
 // needsFull reports whether delta needs a full sync: the table changed identity, or
 // a set, map or base chain kept its name but changed its definition, which nft
 // cannot change in place.
-func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
+func needsFull(old, desired *ruleset.Ruleset, delta *changeset.Delta) bool {
 	if old.Family != desired.Family || old.Table != desired.Table || old.Comment != desired.Comment {
 		return true
 	}
@@ -654,7 +655,7 @@ func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
 // while referenced. With a keeper (k non-nil), removed chains, sets and maps are
 // emptied and kept rather than deleted, and dispatch chains only gain rules (see
 // keeper).
-func applyDelta(tx txWriter, desired *ruleset.Ruleset, delta *ruleset.Delta, k *keeper) {
+func applyDelta(tx txWriter, desired *ruleset.Ruleset, delta *changeset.Delta, k *keeper) {
 	chains := ruleset.SortedKeys(delta.Chains)
 	// rewrite marks new chains that were kept with other rules; same, kept ones with
 	// the very rules wanted.
@@ -777,7 +778,7 @@ func removeObjects(tx txWriter, desired *ruleset.Ruleset, chains []knftables.Cha
 
 // dynamicGone reports whether cont is a dynamic set or map that delta removes: its
 // elements are the kernel's, not the delta's.
-func dynamicGone(delta *ruleset.Delta, cont string) bool {
+func dynamicGone(delta *changeset.Delta, cont string) bool {
 	if c, ok := delta.Sets[cont]; ok && c.New == nil {
 		return slices.Contains(c.Old.Flags, knftables.DynamicFlag)
 	}
@@ -788,7 +789,7 @@ func dynamicGone(delta *ruleset.Delta, cont string) bool {
 }
 
 // gone reports whether the set or map named cont is removed by delta.
-func gone(delta *ruleset.Delta, cont string) bool {
+func gone(delta *changeset.Delta, cont string) bool {
 	if c, ok := delta.Sets[cont]; ok && c.New == nil {
 		return true
 	}
@@ -800,7 +801,7 @@ func gone(delta *ruleset.Delta, cont string) bool {
 
 // isNewContainer reports whether the set or map named cont is created by delta, so
 // that none of its elements exists yet.
-func isNewContainer(delta *ruleset.Delta, cont string) bool {
+func isNewContainer(delta *changeset.Delta, cont string) bool {
 	if c, ok := delta.Sets[cont]; ok && c.Old == nil {
 		return true
 	}
