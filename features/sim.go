@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/packet"
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
@@ -58,7 +59,7 @@ func (b *SimBackend) Sync(st *state.ClusterState) error {
 	var dumps []string
 	type moves struct {
 		rs    *ruleset.Ruleset
-		moves []ruleset.AffinityMove
+		moves []changeset.AffinityMove
 	}
 	var all []moves
 	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/internal/testenv"
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
@@ -41,14 +42,7 @@ func TestMain(m *testing.M) {
 // an incremental transaction, the stale UDP conntrack entry goes while the live one
 // stays, and Cleanup removes the tables.
 func TestKernelSyncAndConntrack(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping kernel test: needs root to create a network namespace")
-	}
-	for _, bin := range []string{"unshare", "nft"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("skipping kernel test: %s not found", bin)
-		}
-	}
+	testenv.RequireRoot(t, "unshare", "nft")
 	cmd := exec.Command("unshare", "--net", os.Args[0])
 	cmd.Env = append(os.Environ(), netnsEnv+"=1")
 	out, err := cmd.CombinedOutput()

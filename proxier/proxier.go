@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/health"
 	"github.com/nftproxy/nftproxy/proxier/metrics"
@@ -106,7 +107,7 @@ type Proxier struct {
 	tracker  *state.Tracker
 	families []knftables.Family
 	syncers  map[knftables.Family]*syncer.Syncer
-	builders map[knftables.Family]*ruleset.Builder
+	builders map[knftables.Family]*changeset.Builder
 	// built records the families whose Builder has seen every Service.
 	built   map[knftables.Family]bool
 	metrics *metrics.Metrics
@@ -158,7 +159,7 @@ func New(cfg Config) (*Proxier, error) {
 	}
 	p := &Proxier{
 		cfg: cfg, tracker: state.NewTracker(cfg.NodeName), syncers: map[knftables.Family]*syncer.Syncer{},
-		builders: map[knftables.Family]*ruleset.Builder{}, built: map[knftables.Family]bool{},
+		builders: map[knftables.Family]*changeset.Builder{}, built: map[knftables.Family]bool{},
 		metrics: cfg.Metrics, clock: cfg.Clock, log: cfg.Log,
 		triggers: map[state.ServiceName][]time.Time{}, changed: map[state.ServiceName]bool{},
 		pendingTriggers: map[state.ServiceName][]time.Time{},
@@ -176,7 +177,7 @@ func New(cfg Config) (*Proxier, error) {
 			opts = append(opts, syncer.WithNetlink(cfg.Netlink(fam, nft)))
 		}
 		p.syncers[fam] = syncer.New(nft, opts...)
-		p.builders[fam] = ruleset.NewBuilder(cfg.Ruleset, fam)
+		p.builders[fam] = changeset.NewBuilder(cfg.Ruleset, fam)
 	}
 	if len(p.families) == 0 {
 		return nil, fmt.Errorf("proxier: no usable IP family: %w", errors.Join(errs...))

@@ -13,6 +13,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/health"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
@@ -369,7 +370,7 @@ func TestFirstSyncWritesTheBuildThenAdoptsTheBuilder(t *testing.T) {
 		t.Errorf("first sync ran %d transactions; want 1 (the Builder's ruleset equals the table)", v4.runs-runs)
 	}
 	want := ruleset.Build(p.tracker.State(), p.cfg.Ruleset, knftables.IPv4Family)
-	if d := ruleset.Diff(want, p.syncers[knftables.IPv4Family].Applied()); d.Len() != 0 {
+	if d := changeset.Diff(want, p.syncers[knftables.IPv4Family].Applied()); d.Len() != 0 {
 		t.Errorf("the applied ruleset differs from a fresh Build in %d objects", d.Len())
 	}
 	rs, _ := p.builders[knftables.IPv4Family].Update(p.tracker.State(), map[state.ServiceName]bool{})

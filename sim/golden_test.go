@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/internal/testenv"
 	"github.com/nftproxy/nftproxy/packet"
 )
 
@@ -182,14 +183,8 @@ func kernelListing(t *testing.T, file string) (string, bool) {
 		switch {
 		case testing.Short():
 			kernelSkip = "-short"
-		case os.Geteuid() != 0:
-			kernelSkip = "not root"
 		default:
-			for _, bin := range []string{"unshare", "nft"} {
-				if _, err := exec.LookPath(bin); err != nil {
-					kernelSkip = bin + " not found"
-				}
-			}
+			kernelSkip = testenv.Missing("unshare", "nft")
 		}
 	})
 	if kernelSkip != "" {

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/nftproxy/nftproxy/internal/testenv"
 )
 
 // TestCleanupInKernel runs `nftproxy --cleanup` against the real nft, inside a new
@@ -14,14 +15,7 @@ func TestCleanupInKernel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary; skipped with -short")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("skipping kernel test: needs root to create a network namespace")
-	}
-	for _, bin := range []string{"unshare", "nft", "sh"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("skipping kernel test: %s not found", bin)
-		}
-	}
+	testenv.RequireRoot(t, "unshare", "nft", "sh")
 	bin, err := buildBinary()
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/nftproxy/nftproxy/deploy"
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/internal/testenv"
 )
 
 const (
@@ -61,8 +62,8 @@ var _ = Describe("nftproxy against a real API server", Label("apiserver"), Order
 	)
 
 	BeforeAll(func(ctx SpecContext) {
-		if os.Geteuid() != 0 {
-			Skip("the apiserver suite needs root (network namespaces, nftables)")
+		if why := testenv.Missing(); why != "" {
+			Skip("the apiserver suite " + why)
 		}
 		apiserverBin, etcdBin, err := Binaries()
 		if err != nil {

@@ -38,7 +38,7 @@ const affinitySize = 1 << 20
 // with eps under sp's session affinity, adding the chains, maps and sets it needs,
 // and the frontend's elements in the affinity backends maps. local selects the
 // local variant.
-func (b *builder) affinityChain(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
+func (b *layout) affinityChain(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
 	secs := strconv.FormatInt(int64(affinityTimeout(sp.svc.AffinityTimeout)/time.Second), 10)
 	branches := make([]string, len(eps))
 	for i, e := range eps {
@@ -58,7 +58,7 @@ func (b *builder) affinityChain(sp *servicePort, k *frontendKind, key []string, 
 	rules := make([]string, 0, len(eps)+1)
 	vmap := make([]string, len(eps))
 	for i, m := range branches {
-		rules = append(rules, client+" @"+clientsSet(i, local)+" goto "+m)
+		rules = append(rules, client+" @"+ClientsSet(i, local)+" goto "+m)
 		vmap[i] = strconv.Itoa(i) + " : goto " + m
 	}
 	rules = append(rules, "numgen random mod "+strconv.Itoa(len(eps))+" vmap { "+strings.Join(vmap, " , ")+" }")
@@ -69,7 +69,7 @@ func (b *builder) affinityChain(sp *servicePort, k *frontendKind, key []string, 
 // affinityBackends returns the name of the chain that records a client of endpoint
 // i of kind k for secs seconds and DNATs it through the affinity backends map i,
 // adding the chain, the map and the clients set on first use.
-func (b *builder) affinityBackends(k *frontendKind, i int, local bool, secs string) string {
+func (b *layout) affinityBackends(k *frontendKind, i int, local bool, secs string) string {
 	m := AffinityMapPrefix + b.backendsName(k, i, local)
 	name := m + "-" + secs
 	if _, ok := b.rs.Chains[name]; ok {
@@ -78,7 +78,7 @@ func (b *builder) affinityBackends(k *frontendKind, i int, local bool, secs stri
 	if _, ok := b.rs.Maps[m]; !ok {
 		b.rs.AddMap(&knftables.Map{Name: m, Type: b.backendsType(k)})
 	}
-	set := clientsSet(i, local)
+	set := ClientsSet(i, local)
 	if _, ok := b.rs.Sets[set]; !ok {
 		a := b.fam.addrType
 		b.rs.AddSet(&knftables.Set{
@@ -98,13 +98,14 @@ func (b *builder) affinityBackends(k *frontendKind, i int, local bool, secs stri
 }
 
 // clientKey is the packet expression of an affinity record: client . frontend.
-func (b *builder) clientKey() string {
+func (b *layout) clientKey() string {
 	ip := b.fam.ip
 	return ip + " saddr . " + ip + " daddr . meta l4proto . th dport"
 }
 
-// clientsSet returns the name of the affinity set of endpoint index i.
-func clientsSet(i int, local bool) string {
+// ClientsSet returns the name of the affinity set of the records sent to endpoint
+// index i (of the Node-local endpoints when local).
+func ClientsSet(i int, local bool) string {
 	if local {
 		return SetAffinityLocalClients + strconv.Itoa(i)
 	}
@@ -115,4 +116,35 @@ func clientsSet(i int, local bool) string {
 // one second, since a zero timeout would mean no expiry.
 func affinityTimeout(d time.Duration) time.Duration {
 	return max(time.Second, (d+time.Second-1)/time.Second*time.Second)
+}
+
+// AffinitySeconds returns the affinity timeout, in seconds, of the Service that
+// dispatches frontend (an element key of the class sets) in r, read from the name of
+// the affinity chain its class set goes to ("affinity-dnat-3-10800"), or "" when no
+// class set of r sends it to an affinity chain.
+func (r *Ruleset) AffinitySeconds(frontend string, nodePort bool) string {
+	for set, es := range r.Elements {
+		c, verdict, ok := ClassOf(set)
+		if !ok || dispatchChains[c].byAddress == nodePort || es[frontend] == nil {
+			continue
+		}
+		chain, ok := strings.CutPrefix(verdict, "goto "+AffinityMapPrefix)
+		if !ok {
+			continue
+		}
+		if i := strings.LastIndexByte(chain, '-'); i >= 0 {
+			return chain[i+1:]
+		}
+	}
+	return ""
+}
+
+// NodePortIPs returns the addresses of r's nodeport-ips set, for
+// changeset.AffinityMove.Matches.
+func (r *Ruleset) NodePortIPs() map[string]bool {
+	out := map[string]bool{}
+	for _, e := range r.Elements[SetNodePortIPs] {
+		out[ElementKey(e)] = true
+	}
+	return out
 }

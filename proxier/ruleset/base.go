@@ -108,7 +108,7 @@ var baseChains = []baseChain{
 }
 
 // addBaseChains adds the hooked chains and their jumps.
-func (b *builder) addBaseChains() {
+func (b *layout) addBaseChains() {
 	for _, bc := range baseChains {
 		b.rs.AddChain(knftables.Chain{
 			Name:     bc.name,
@@ -124,7 +124,7 @@ func (b *builder) addBaseChains() {
 
 // addSetsAndMaps declares every shared set. (The maps of the layout are per
 // endpoint index, and the class sets per verdict: both are added on first use.)
-func (b *builder) addSetsAndMaps() {
+func (b *layout) addSetsAndMaps() {
 	a := b.fam.addrType
 	svcKey := a + " . inet_proto . inet_service"
 	npKey := "inet_proto . inet_service"
@@ -146,7 +146,7 @@ func (b *builder) addSetsAndMaps() {
 // addSharedChains adds the regular chains whose rules do not depend on Services.
 // The services, masquerading and etp-local chains are left to the masquerade and
 // dispatch code, which owns their content.
-func (b *builder) addSharedChains() {
+func (b *layout) addSharedChains() {
 	ip := b.fam.ip
 	svcKey := ip + " daddr . meta l4proto . th dport"
 
@@ -165,7 +165,7 @@ func (b *builder) addSharedChains() {
 }
 
 // chain adds a regular chain with the given rules.
-func (b *builder) chain(name string, rules ...string) {
+func (b *layout) chain(name string, rules ...string) {
 	b.rs.AddChain(knftables.Chain{Name: name})
 	for _, r := range rules {
 		b.rs.AddRule(name, r)

@@ -27,27 +27,24 @@ const TableComment = "nftproxy: Kubernetes Service proxy"
 // an inet table would need a different layout.
 //
 // For a large cluster, Build builds the Services' rules on up to GOMAXPROCS
-// goroutines (see fresh.go); the result does not depend on their number.
+// goroutines (see fragments.go); the result does not depend on their number.
 func Build(st *state.ClusterState, cfg Config, family knftables.Family) *Ruleset {
-	checkFamily(family)
-	// Without a Builder's index and Delta, in parallel: see fresh.go.
-	if rs := buildFresh(st, cfg, family); rs != nil {
-		return rs
-	}
-	rs, _ := NewBuilder(cfg, family).Update(st, nil)
-	return rs
+	CheckFamily(family)
+	return buildMerged(st, cfg, family)
 }
 
-func checkFamily(family knftables.Family) {
+// CheckFamily panics when family is neither ip nor ip6, the families a table of
+// this layout can have.
+func CheckFamily(family knftables.Family) {
 	if family != knftables.IPv4Family && family != knftables.IPv6Family {
 		panic(fmt.Sprintf("ruleset.Build: family %q: want ip or ip6", family))
 	}
 }
 
-// buildBase returns the objects that do not belong to any Service: the table,
+// BuildBase returns the objects that do not belong to any Service: the table,
 // base and shared chains, sets and maps, and the node's NodePort addresses.
-func buildBase(cfg Config, family knftables.Family, node state.Node) *Ruleset {
-	b := &builder{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: node}
+func BuildBase(cfg Config, family knftables.Family, node state.Node) *Ruleset {
+	b := &layout{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: node}
 	b.rs.Comment = TableComment
 	b.addBaseChains()
 	b.addSetsAndMaps()
@@ -59,10 +56,17 @@ func buildBase(cfg Config, family knftables.Family, node state.Node) *Ruleset {
 	return b.rs
 }
 
-// buildService returns the objects Service svc contributes (nil when it has no
+// Claimer arbitrates frontends between Services: it reports whether Service port
+// id, claiming frontend key with priority prio (0 for ClusterIPs, which win, 1 for
+// the rest), owns it.
+type Claimer func(key []string, id string, prio int) bool
+
+// BuildService returns the objects Service svc contributes (nil when it has no
 // ClusterIP of the family), using claim to arbitrate frontends with other Services.
-func buildService(cfg Config, family knftables.Family, st *state.ClusterState, svc *state.Service, claim func(key []string, id string, prio int) bool) *Ruleset {
-	b := &builder{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: st.Node, claimer: claim}
+// It reads its arguments and writes only the Ruleset it returns, so fragments may
+// be built concurrently.
+func BuildService(cfg Config, family knftables.Family, st *state.ClusterState, svc *state.Service, claim Claimer) *Ruleset {
+	b := &layout{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: st.Node, claimer: claim}
 	if len(b.fam.addrs(svc.ClusterIPs)) == 0 {
 		return nil
 	}
@@ -79,16 +83,15 @@ func BuildAll(st *state.ClusterState, cfg Config) map[knftables.Family]*Ruleset 
 	}
 }
 
-// builder holds what one Build needs while it fills in the ruleset.
-type builder struct {
+// layout holds what building one fragment (the node's objects, a Service's, the
+// dispatch chains) needs while it fills in the ruleset.
+type layout struct {
 	rs   *Ruleset
 	cfg  Config
 	fam  familyInfo
 	node state.Node
-	// claimer arbitrates frontends between Services: it reports whether Service port
-	// id, claiming key with priority prio (0 for ClusterIPs, which win, 1 for the
-	// rest), owns it.
-	claimer func(key []string, id string, prio int) bool
+	// claimer arbitrates frontends between Services.
+	claimer Claimer
 	// prio is the priority of the claims being made.
 	prio int
 }
@@ -106,7 +109,7 @@ type servicePort struct {
 // those of the family inside cfg.NodePortAddresses (all of them when it has no
 // prefix of this family, as kube-proxy does), and never loopback, whose traffic the
 // kernel will not route to another host after DNAT.
-func (b *builder) addNodePortIPs() {
+func (b *layout) addNodePortIPs() {
 	allowed := b.fam.prefixes(b.cfg.NodePortAddresses)
 	for _, a := range b.fam.addrs(b.node.Addresses) {
 		if a.IsLoopback() || a.IsUnspecified() {
@@ -121,7 +124,7 @@ func (b *builder) addNodePortIPs() {
 
 // claimClusterIPs claims every ClusterIP frontend before any external one, since
 // ClusterIPs are allocated uniquely and an ExternalIP that reuses one is the error.
-func (b *builder) claimClusterIPs(svcs []*state.Service) {
+func (b *layout) claimClusterIPs(svcs []*state.Service) {
 	b.prio = 0
 	defer func() { b.prio = 1 }()
 	for _, svc := range svcs {
@@ -135,13 +138,13 @@ func (b *builder) claimClusterIPs(svcs []*state.Service) {
 
 // claim reports whether Service port id may use the frontend key, claiming it
 // when it is free.
-func (b *builder) claim(key []string, id string) bool {
+func (b *layout) claim(key []string, id string) bool {
 	return b.claimer(key, id, b.prio)
 }
 
 // addService adds everything one Service needs: its ClusterIPs in cluster-ips and,
 // per port, its frontends.
-func (b *builder) addService(st *state.ClusterState, svc *state.Service) {
+func (b *layout) addService(st *state.ClusterState, svc *state.Service) {
 	for _, a := range b.fam.addrs(svc.ClusterIPs) {
 		b.rs.AddElement(&knftables.Element{Set: SetClusterIPs, Key: []string{addrString(a)}})
 	}
@@ -158,7 +161,7 @@ func (b *builder) addService(st *state.ClusterState, svc *state.Service) {
 // familyEndpoints returns the endpoints of the family, so that selection (topology
 // hints in particular) looks only at the endpoints this table can reach, as it
 // would with the EndpointSlices of this family alone.
-func (b *builder) familyEndpoints(eps []state.Endpoint) []state.Endpoint {
+func (b *layout) familyEndpoints(eps []state.Endpoint) []state.Endpoint {
 	if !slices.ContainsFunc(eps, func(e state.Endpoint) bool {
 		return !b.fam.has(e.Address) || e.Address != e.Address.Unmap().WithZone("")
 	}) {
@@ -177,7 +180,7 @@ func (b *builder) familyEndpoints(eps []state.Endpoint) []state.Endpoint {
 // addHairpin adds every usable endpoint of sp to the hairpin set. Endpoints of other
 // nodes count too: a pod whose node does not proxy (or routes Service traffic through
 // this node) may reach itself through this node's ruleset.
-func (b *builder) addHairpin(sp *servicePort) {
+func (b *layout) addHairpin(sp *servicePort) {
 	for _, eps := range [][]state.Endpoint{sp.sel.Cluster, sp.sel.Local} {
 		for _, e := range eps {
 			a := addrString(e.Address)

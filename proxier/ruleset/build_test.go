@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/*.nft goldens from Build's output")
@@ -36,86 +37,86 @@ var goldens = []golden{
 	{name: "clusterip", families: ipv4, cluster: func(st *state.ClusterState) {
 		// Three ready endpoints, one not ready (left out), and an IPv6 slice that
 		// the ip table ignores.
-		web := addService(st, "default/web", "172.30.0.10", ports(tcp("http", 80, 0)))
-		addSlice(st, web, "web-1", targets(web, 8080),
-			ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"), ep("10.3.0.7", "node-c"), ep("10.3.0.8", "node-c", notReady))
-		addSlice(st, web, "web-v6", targets(web, 8080), ep("fd01::5", nodeName))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080),
+			fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"), fixture.Endpoint("10.3.0.7", "node-c"), fixture.Endpoint("10.3.0.8", "node-c", fixture.NotReady))
+		fixture.AddSlice(st, web, "web-v6", fixture.Targets(web, 8080), fixture.Endpoint("fd01::5", fixture.NodeName))
 		// An unnamed port is named by its number; a second Service with the same
 		// endpoint count shares dnat-1.
-		api := addService(st, "kube-system/api", "172.30.0.1", ports(tcp("", 443, 0)))
-		addSlice(st, api, "api-1", targets(api, 6443), ep("192.168.0.10", nodeName))
-		dns := addService(st, "kube-system/dns", "172.30.0.53", ports(udp("dns", 53, 0), tcp("dns-tcp", 53, 0)))
-		addSlice(st, dns, "dns-1", targets(dns, 5353), ep("10.2.0.9", "node-b"))
+		api := fixture.AddService(st, "kube-system/api", "172.30.0.1", fixture.Ports(fixture.TCP("", 443, 0)))
+		fixture.AddSlice(st, api, "api-1", fixture.Targets(api, 6443), fixture.Endpoint("192.168.0.10", fixture.NodeName))
+		dns := fixture.AddService(st, "kube-system/dns", "172.30.0.53", fixture.Ports(fixture.UDP("dns", 53, 0), fixture.TCP("dns-tcp", 53, 0)))
+		fixture.AddSlice(st, dns, "dns-1", fixture.Targets(dns, 5353), fixture.Endpoint("10.2.0.9", "node-b"))
 	}},
 	{name: "clusterip-no-endpoints", families: ipv4, cluster: func(st *state.ClusterState) {
-		addService(st, "default/empty", "172.30.0.20", ports(tcp("http", 80, 0)))
-		unready := addService(st, "default/unready", "172.30.0.21", ports(tcp("http", 80, 0)))
-		addSlice(st, unready, "unready-1", targets(unready, 8080), ep("10.1.0.5", nodeName, notReady))
+		fixture.AddService(st, "default/empty", "172.30.0.20", fixture.Ports(fixture.TCP("http", 80, 0)))
+		unready := fixture.AddService(st, "default/unready", "172.30.0.21", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, unready, "unready-1", fixture.Targets(unready, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName, fixture.NotReady))
 		// A Service with a ClusterIP of the other family only is not in this table.
-		addService(st, "default/v6only", "fd02::20", ports(tcp("http", 80, 0)))
+		fixture.AddService(st, "default/v6only", "fd02::20", fixture.Ports(fixture.TCP("http", 80, 0)))
 	}},
 	{name: "nodeport", families: ipv4, config: func(c *Config) {
 		// 10.10.0.10 is outside these prefixes; 127.0.0.1 is inside but loopback
 		// never serves node ports.
-		c.NodePortAddresses = prefixes("192.168.0.0/24", "127.0.0.0/8", "fd00::/8")
+		c.NodePortAddresses = fixture.Prefixes("192.168.0.0/24", "127.0.0.0/8", "fd00::/8")
 	}, cluster: func(st *state.ClusterState) {
-		web := addService(st, "default/web", "172.30.0.10", nodePortType, ports(tcp("http", 80, 30080), udp("syslog", 514, 30514)))
-		addSlice(st, web, "web-1", targets(web, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
-		addService(st, "default/empty", "172.30.0.11", nodePortType, ports(tcp("http", 80, 30081)))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30080), fixture.UDP("syslog", 514, 30514)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
+		fixture.AddService(st, "default/empty", "172.30.0.11", fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30081)))
 	}},
 	{name: "loadbalancer", families: ipv4, cluster: func(st *state.ClusterState) {
-		web := addService(st, "default/web", "172.30.0.10", loadBalancer("203.0.113.10", "2001:db8::10"), ports(tcp("https", 443, 30443)))
-		addSlice(st, web, "web-1", targets(web, 8443), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
-		addService(st, "default/empty", "172.30.0.11", loadBalancer("203.0.113.11"), ports(tcp("https", 443, 30444)))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.LoadBalancer("203.0.113.10", "2001:db8::10"), fixture.Ports(fixture.TCP("https", 443, 30443)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8443), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
+		fixture.AddService(st, "default/empty", "172.30.0.11", fixture.LoadBalancer("203.0.113.11"), fixture.Ports(fixture.TCP("https", 443, 30444)))
 	}},
 	{name: "externalips", families: ipv4, cluster: func(st *state.ClusterState) {
-		web := addService(st, "default/web", "172.30.0.10", externalIPs("198.51.100.20", "198.51.100.21"), ports(tcp("http", 80, 0)))
-		addSlice(st, web, "web-1", targets(web, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"), ep("10.3.0.7", "node-c"))
-		addService(st, "default/empty", "172.30.0.11", externalIPs("198.51.100.22"), ports(tcp("http", 80, 0)))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.ExternalIPs("198.51.100.20", "198.51.100.21"), fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"), fixture.Endpoint("10.3.0.7", "node-c"))
+		fixture.AddService(st, "default/empty", "172.30.0.11", fixture.ExternalIPs("198.51.100.22"), fixture.Ports(fixture.TCP("http", 80, 0)))
 		// This ExternalIP is another Service's ClusterIP, and the second one is
 		// taken by default/web, first in name order: neither goes to default/web-copy.
-		cp := addService(st, "default/web-copy", "172.30.0.12", externalIPs("172.30.0.10", "198.51.100.20"), ports(tcp("http", 80, 0)))
-		addSlice(st, cp, "web-copy-1", targets(cp, 9090), ep("10.9.0.9", "node-b"))
+		cp := fixture.AddService(st, "default/web-copy", "172.30.0.12", fixture.ExternalIPs("172.30.0.10", "198.51.100.20"), fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, cp, "web-copy-1", fixture.Targets(cp, 9090), fixture.Endpoint("10.9.0.9", "node-b"))
 	}},
 	{name: "etp-local", families: ipv4, cluster: func(st *state.ClusterState) {
 		// With a local endpoint: external traffic goes to it alone, pod and node
 		// traffic to all three.
-		web := addService(st, "default/web", "172.30.0.10", loadBalancer("203.0.113.10"), externalIPs("198.51.100.20"), etpLocal, ports(tcp("http", 80, 30080)))
-		addSlice(st, web, "web-1", targets(web, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"), ep("10.3.0.7", "node-c"))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.LoadBalancer("203.0.113.10"), fixture.ExternalIPs("198.51.100.20"), fixture.ETPLocal, fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"), fixture.Endpoint("10.3.0.7", "node-c"))
 		// Without one: external traffic is dropped, pod and node traffic still
 		// reaches both remote endpoints.
-		remote := addService(st, "default/remote", "172.30.0.11", loadBalancer("203.0.113.11"), etpLocal, ports(tcp("http", 80, 30081)))
-		addSlice(st, remote, "remote-1", targets(remote, 8080), ep("10.2.0.7", "node-b"), ep("10.3.0.8", "node-c"))
+		remote := fixture.AddService(st, "default/remote", "172.30.0.11", fixture.LoadBalancer("203.0.113.11"), fixture.ETPLocal, fixture.Ports(fixture.TCP("http", 80, 30081)))
+		fixture.AddSlice(st, remote, "remote-1", fixture.Targets(remote, 8080), fixture.Endpoint("10.2.0.7", "node-b"), fixture.Endpoint("10.3.0.8", "node-c"))
 		// Without any endpoint: rejected like any Service.
-		addService(st, "default/empty", "172.30.0.12", loadBalancer("203.0.113.12"), etpLocal, ports(tcp("http", 80, 30082)))
+		fixture.AddService(st, "default/empty", "172.30.0.12", fixture.LoadBalancer("203.0.113.12"), fixture.ETPLocal, fixture.Ports(fixture.TCP("http", 80, 30082)))
 	}},
 	{name: "itp-local", families: ipv4, cluster: func(st *state.ClusterState) {
-		local := addService(st, "default/local", "172.30.0.10", itpLocal, ports(tcp("http", 80, 0)))
-		addSlice(st, local, "local-1", targets(local, 8080), ep("10.1.0.5", nodeName), ep("10.1.0.6", nodeName), ep("10.2.0.6", "node-b"))
-		remote := addService(st, "default/remote", "172.30.0.11", itpLocal, ports(tcp("http", 80, 0)))
-		addSlice(st, remote, "remote-1", targets(remote, 8080), ep("10.2.0.7", "node-b"))
-		addService(st, "default/empty", "172.30.0.12", itpLocal, ports(tcp("http", 80, 0)))
+		local := fixture.AddService(st, "default/local", "172.30.0.10", fixture.ITPLocal, fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, local, "local-1", fixture.Targets(local, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.1.0.6", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
+		remote := fixture.AddService(st, "default/remote", "172.30.0.11", fixture.ITPLocal, fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, remote, "remote-1", fixture.Targets(remote, 8080), fixture.Endpoint("10.2.0.7", "node-b"))
+		fixture.AddService(st, "default/empty", "172.30.0.12", fixture.ITPLocal, fixture.Ports(fixture.TCP("http", 80, 0)))
 		// internalTrafficPolicy leaves node ports alone: they use all endpoints.
-		np := addService(st, "default/np", "172.30.0.13", itpLocal, nodePortType, ports(tcp("http", 80, 30080)))
-		addSlice(st, np, "np-1", targets(np, 8080), ep("10.2.0.8", "node-b"))
+		np := fixture.AddService(st, "default/np", "172.30.0.13", fixture.ITPLocal, fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, np, "np-1", fixture.Targets(np, 8080), fixture.Endpoint("10.2.0.8", "node-b"))
 	}},
 	{name: "affinity", families: ipv4, cluster: func(st *state.ClusterState) {
-		web := addService(st, "default/web", "172.30.0.10", nodePortType, affinity(3*time.Hour), ports(tcp("http", 80, 30080)))
-		addSlice(st, web, "web-1", targets(web, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.NodePortType, fixture.Affinity(3*time.Hour), fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
 		// Under externalTrafficPolicy Local, external traffic uses affinity-local,
 		// whose endpoint chains and sets are the cluster chain's.
-		lb := addService(st, "default/lb", "172.30.0.11", loadBalancer("203.0.113.11"), etpLocal, affinity(90*time.Second), ports(udp("dns", 53, 30053)))
-		addSlice(st, lb, "lb-1", targets(lb, 5353), ep("10.1.0.7", nodeName), ep("10.2.0.7", "node-b"), ep("10.3.0.7", "node-c"))
+		lb := fixture.AddService(st, "default/lb", "172.30.0.11", fixture.LoadBalancer("203.0.113.11"), fixture.ETPLocal, fixture.Affinity(90*time.Second), fixture.Ports(fixture.UDP("dns", 53, 30053)))
+		fixture.AddSlice(st, lb, "lb-1", fixture.Targets(lb, 5353), fixture.Endpoint("10.1.0.7", fixture.NodeName), fixture.Endpoint("10.2.0.7", "node-b"), fixture.Endpoint("10.3.0.7", "node-c"))
 	}},
 	{name: "source-ranges", families: ipv4, cluster: func(st *state.ClusterState) {
 		// Only the LoadBalancer IP is firewalled: not the ExternalIP, not the node
 		// port. The IPv6 range is another family's; the overlapping ones merge.
-		web := addService(st, "default/web", "172.30.0.10", loadBalancer("203.0.113.10"), externalIPs("198.51.100.20"),
-			sourceRanges("192.0.2.0/24", "192.0.2.128/25", "198.51.100.7/32", "2001:db8::/32"), ports(tcp("http", 80, 30080)))
-		addSlice(st, web, "web-1", targets(web, 8080), ep("10.1.0.5", nodeName))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.LoadBalancer("203.0.113.10"), fixture.ExternalIPs("198.51.100.20"),
+			fixture.SourceRanges("192.0.2.0/24", "192.0.2.128/25", "198.51.100.7/32", "2001:db8::/32"), fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName))
 		// Ranges of the other family only: every IPv4 source is dropped.
-		v6src := addService(st, "default/v6src", "172.30.0.11", loadBalancer("203.0.113.11"), sourceRanges("2001:db8::/32"), ports(tcp("http", 80, 30081)))
-		addSlice(st, v6src, "v6src-1", targets(v6src, 8080), ep("10.1.0.6", nodeName))
+		v6src := fixture.AddService(st, "default/v6src", "172.30.0.11", fixture.LoadBalancer("203.0.113.11"), fixture.SourceRanges("2001:db8::/32"), fixture.Ports(fixture.TCP("http", 80, 30081)))
+		fixture.AddSlice(st, v6src, "v6src-1", fixture.Targets(v6src, 8080), fixture.Endpoint("10.1.0.6", fixture.NodeName))
 	}},
 	{name: "masquerade-all", families: ipv4, config: func(c *Config) {
 		c.MasqueradeAll = true
@@ -134,70 +135,70 @@ var goldens = []golden{
 	{name: "terminating", families: ipv4, cluster: func(st *state.ClusterState) {
 		// No ready endpoint: the serving terminating ones take the traffic, the
 		// not-serving one never does.
-		web := addService(st, "default/web", "172.30.0.10", etpLocal, loadBalancer("203.0.113.10"), ports(tcp("http", 80, 0)))
-		addSlice(st, web, "web-1", targets(web, 8080),
-			ep("10.1.0.5", nodeName, terminating(true)), ep("10.2.0.6", "node-b", terminating(true)), ep("10.3.0.7", "node-c", terminating(false)))
+		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.ETPLocal, fixture.LoadBalancer("203.0.113.10"), fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080),
+			fixture.Endpoint("10.1.0.5", fixture.NodeName, fixture.Terminating(true)), fixture.Endpoint("10.2.0.6", "node-b", fixture.Terminating(true)), fixture.Endpoint("10.3.0.7", "node-c", fixture.Terminating(false)))
 		// A ready endpoint elsewhere: the local terminating one still serves
 		// external traffic, since this node has no ready one.
-		mixed := addService(st, "default/mixed", "172.30.0.11", etpLocal, loadBalancer("203.0.113.11"), ports(tcp("http", 80, 0)))
-		addSlice(st, mixed, "mixed-1", targets(mixed, 8080), ep("10.1.0.8", nodeName, terminating(true)), ep("10.2.0.8", "node-b"))
-		gone := addService(st, "default/gone", "172.30.0.12", ports(tcp("http", 80, 0)))
-		addSlice(st, gone, "gone-1", targets(gone, 8080), ep("10.1.0.9", nodeName, terminating(false)))
+		mixed := fixture.AddService(st, "default/mixed", "172.30.0.11", fixture.ETPLocal, fixture.LoadBalancer("203.0.113.11"), fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, mixed, "mixed-1", fixture.Targets(mixed, 8080), fixture.Endpoint("10.1.0.8", fixture.NodeName, fixture.Terminating(true)), fixture.Endpoint("10.2.0.8", "node-b"))
+		gone := fixture.AddService(st, "default/gone", "172.30.0.12", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, gone, "gone-1", fixture.Targets(gone, 8080), fixture.Endpoint("10.1.0.9", fixture.NodeName, fixture.Terminating(false)))
 	}},
 	{name: "topology", families: ipv4, cluster: func(st *state.ClusterState) {
 		// Every ready endpoint has hints and one names zone-a: only it is used.
-		hinted := addService(st, "default/hinted", "172.30.0.10", ports(tcp("http", 80, 0)))
-		addSlice(st, hinted, "hinted-1", targets(hinted, 8080),
-			ep("10.1.0.5", nodeName, zone("zone-a"), hints("zone-a")),
-			ep("10.2.0.6", "node-b", zone("zone-b"), hints("zone-b")),
-			ep("10.3.0.7", "node-c", zone("zone-b"), hints("zone-b")))
+		hinted := fixture.AddService(st, "default/hinted", "172.30.0.10", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, hinted, "hinted-1", fixture.Targets(hinted, 8080),
+			fixture.Endpoint("10.1.0.5", fixture.NodeName, fixture.Zone("zone-a"), fixture.Hints("zone-a")),
+			fixture.Endpoint("10.2.0.6", "node-b", fixture.Zone("zone-b"), fixture.Hints("zone-b")),
+			fixture.Endpoint("10.3.0.7", "node-c", fixture.Zone("zone-b"), fixture.Hints("zone-b")))
 		// One ready endpoint without hints: hints are ignored.
-		partial := addService(st, "default/partial", "172.30.0.11", ports(tcp("http", 80, 0)))
-		addSlice(st, partial, "partial-1", targets(partial, 8080),
-			ep("10.1.0.6", nodeName, zone("zone-a"), hints("zone-a")),
-			ep("10.2.0.7", "node-b", zone("zone-b")))
+		partial := fixture.AddService(st, "default/partial", "172.30.0.11", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, partial, "partial-1", fixture.Targets(partial, 8080),
+			fixture.Endpoint("10.1.0.6", fixture.NodeName, fixture.Zone("zone-a"), fixture.Hints("zone-a")),
+			fixture.Endpoint("10.2.0.7", "node-b", fixture.Zone("zone-b")))
 	}},
 	{name: "sctp-udp", families: ipv4, cluster: func(st *state.ClusterState) {
-		sig := addService(st, "telco/sig", "172.30.0.10", nodePortType, ports(sctp("m3ua", 2905, 32905), udp("gtp", 2152, 32152)))
-		addSlice(st, sig, "sig-1", []state.EndpointPort{
+		sig := fixture.AddService(st, "telco/sig", "172.30.0.10", fixture.NodePortType, fixture.Ports(fixture.SCTP("m3ua", 2905, 32905), fixture.UDP("gtp", 2152, 32152)))
+		fixture.AddSlice(st, sig, "sig-1", []state.EndpointPort{
 			{Name: "m3ua", Protocol: state.SCTP, Port: 2905}, {Name: "gtp", Protocol: state.UDP, Port: 2152},
-		}, ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
-		sticky := addService(st, "telco/sticky", "172.30.0.11", affinity(time.Minute), ports(sctp("m3ua", 2905, 0)))
-		addSlice(st, sticky, "sticky-1", targets(sticky, 2905), ep("10.1.0.6", nodeName))
+		}, fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
+		sticky := fixture.AddService(st, "telco/sticky", "172.30.0.11", fixture.Affinity(time.Minute), fixture.Ports(fixture.SCTP("m3ua", 2905, 0)))
+		fixture.AddSlice(st, sticky, "sticky-1", fixture.Targets(sticky, 2905), fixture.Endpoint("10.1.0.6", fixture.NodeName))
 	}},
 	{name: "ipv6", families: ipv6, config: func(c *Config) {
-		c.NodePortAddresses = prefixes("fd00::/8", "::1/128", "192.168.0.0/24")
+		c.NodePortAddresses = fixture.Prefixes("fd00::/8", "::1/128", "192.168.0.0/24")
 	}, cluster: func(st *state.ClusterState) {
-		web := addService(st, "default/web", "fd02::10", loadBalancer("2001:db8::10"), sourceRanges("2001:db8:1::/48", "192.0.2.0/24"), ports(tcp("http", 80, 30080)))
-		addSlice(st, web, "web-1", targets(web, 8080), ep("fd01::5", nodeName), ep("fd01:0:0:1::6", "node-b"))
-		sticky := addService(st, "default/sticky", "fd02::11", etpLocal, externalIPs("2001:db8::11"), affinity(time.Hour), ports(udp("dns", 53, 30053)))
-		addSlice(st, sticky, "sticky-1", targets(sticky, 5353), ep("fd01::7", nodeName), ep("fd01:0:0:1::7", "node-b"))
-		addService(st, "default/empty", "fd02::12", ports(tcp("http", 80, 0)))
+		web := fixture.AddService(st, "default/web", "fd02::10", fixture.LoadBalancer("2001:db8::10"), fixture.SourceRanges("2001:db8:1::/48", "192.0.2.0/24"), fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("fd01::5", fixture.NodeName), fixture.Endpoint("fd01:0:0:1::6", "node-b"))
+		sticky := fixture.AddService(st, "default/sticky", "fd02::11", fixture.ETPLocal, fixture.ExternalIPs("2001:db8::11"), fixture.Affinity(time.Hour), fixture.Ports(fixture.UDP("dns", 53, 30053)))
+		fixture.AddSlice(st, sticky, "sticky-1", fixture.Targets(sticky, 5353), fixture.Endpoint("fd01::7", fixture.NodeName), fixture.Endpoint("fd01:0:0:1::7", "node-b"))
+		fixture.AddService(st, "default/empty", "fd02::12", fixture.Ports(fixture.TCP("http", 80, 0)))
 	}},
 	{name: "dual-stack", families: dual, cluster: func(st *state.ClusterState) {
-		both := addService(st, "default/both", "172.30.0.10,fd02::10", nodePortType, ports(tcp("http", 80, 30080)))
-		addSlice(st, both, "both-v4", targets(both, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
-		addSlice(st, both, "both-v6", targets(both, 8080), ep("fd01::5", nodeName))
-		v4 := addService(st, "default/v4", "172.30.0.11", ports(tcp("http", 80, 0)))
-		addSlice(st, v4, "v4-1", targets(v4, 8080), ep("10.1.0.6", nodeName))
-		v6 := addService(st, "default/v6", "fd02::11", ports(tcp("http", 80, 0)))
-		addSlice(st, v6, "v6-1", targets(v6, 8080), ep("fd01::6", nodeName))
+		both := fixture.AddService(st, "default/both", "172.30.0.10,fd02::10", fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, both, "both-v4", fixture.Targets(both, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
+		fixture.AddSlice(st, both, "both-v6", fixture.Targets(both, 8080), fixture.Endpoint("fd01::5", fixture.NodeName))
+		v4 := fixture.AddService(st, "default/v4", "172.30.0.11", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, v4, "v4-1", fixture.Targets(v4, 8080), fixture.Endpoint("10.1.0.6", fixture.NodeName))
+		v6 := fixture.AddService(st, "default/v6", "fd02::11", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, v6, "v6-1", fixture.Targets(v6, 8080), fixture.Endpoint("fd01::6", fixture.NodeName))
 	}},
 }
 
 // simpleCluster has one Service of each policy, for the goldens that vary the
 // configuration rather than the cluster.
 func simpleCluster(st *state.ClusterState) {
-	web := addService(st, "default/web", "172.30.0.10", nodePortType, ports(tcp("http", 80, 30080)))
-	addSlice(st, web, "web-1", targets(web, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
-	lb := addService(st, "default/lb", "172.30.0.11", loadBalancer("203.0.113.11"), etpLocal, ports(tcp("http", 80, 30081)))
-	addSlice(st, lb, "lb-1", targets(lb, 8080), ep("10.1.0.7", nodeName), ep("10.2.0.7", "node-b"))
+	web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30080)))
+	fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
+	lb := fixture.AddService(st, "default/lb", "172.30.0.11", fixture.LoadBalancer("203.0.113.11"), fixture.ETPLocal, fixture.Ports(fixture.TCP("http", 80, 30081)))
+	fixture.AddSlice(st, lb, "lb-1", fixture.Targets(lb, 8080), fixture.Endpoint("10.1.0.7", fixture.NodeName), fixture.Endpoint("10.2.0.7", "node-b"))
 }
 
 // input returns the cluster and the defaulted, validated configuration of g.
 func (g golden) input(t testing.TB) (*state.ClusterState, Config) {
 	t.Helper()
-	st := newCluster()
+	st := fixture.NewCluster()
 	g.cluster(st)
 	cfg := baseConfig()
 	if g.config != nil {

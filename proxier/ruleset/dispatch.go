@@ -51,7 +51,7 @@ var (
 // (the node's own source address must be masqueraded, since the frontend address is
 // local and the reply would not come back otherwise), while traffic from outside
 // only goes to this node's endpoints, keeping the client's source address.
-func (b *builder) addETPLocalChains() {
+func (b *layout) addETPLocalChains() {
 	for _, k := range []*frontendKind{&addressFrontends, &nodePortFrontends} {
 		var rules []string
 		if pod, ok := b.podTraffic(false); ok {
@@ -67,7 +67,7 @@ func (b *builder) addETPLocalChains() {
 }
 
 // keyExpr returns the packet expression that matches the frontend keys of kind k.
-func (b *builder) keyExpr(k *frontendKind) string {
+func (b *layout) keyExpr(k *frontendKind) string {
 	if k.byAddress {
 		return b.fam.ip + " daddr . meta l4proto . th dport"
 	}
@@ -76,7 +76,7 @@ func (b *builder) keyExpr(k *frontendKind) string {
 
 // addClusterIPFrontends dispatches each ClusterIP of sp to its internal endpoints:
 // the local ones under internalTrafficPolicy Local, else the cluster-wide ones.
-func (b *builder) addClusterIPFrontends(sp *servicePort) {
+func (b *layout) addClusterIPFrontends(sp *servicePort) {
 	for _, a := range b.fam.addrs(sp.svc.ClusterIPs) {
 		if key := frontendKey(a, sp.port); b.claim(key, sp.id) {
 			b.route(sp, &addressFrontends, addressFrontends.dispatch, key, sp.sel.Internal, sp.svc.InternalPolicyLocal)
@@ -86,7 +86,7 @@ func (b *builder) addClusterIPFrontends(sp *servicePort) {
 
 // addExternalFrontends dispatches each ExternalIP and LoadBalancer IP of sp, behind
 // the source-range firewall for LoadBalancer IPs.
-func (b *builder) addExternalFrontends(sp *servicePort) {
+func (b *layout) addExternalFrontends(sp *servicePort) {
 	lbs := b.fam.addrs(sp.svc.LoadBalancerIPs)
 	for _, a := range b.fam.addrs(slices.Concat(sp.svc.ExternalIPs, sp.svc.LoadBalancerIPs)) {
 		key := frontendKey(a, sp.port)
@@ -101,7 +101,7 @@ func (b *builder) addExternalFrontends(sp *servicePort) {
 }
 
 // addNodePortFrontend dispatches the node port of sp, if it has one.
-func (b *builder) addNodePortFrontend(sp *servicePort) {
+func (b *layout) addNodePortFrontend(sp *servicePort) {
 	if sp.port.NodePort == 0 {
 		return
 	}
@@ -115,7 +115,7 @@ func (b *builder) addNodePortFrontend(sp *servicePort) {
 // Under externalTrafficPolicy Cluster it is masqueraded and sent to every endpoint;
 // under Local it goes through the etp-local chain, which picks the etp-cluster or
 // etp-local map by where the traffic comes from.
-func (b *builder) addExternalFrontend(sp *servicePort, k *frontendKind, key []string) {
+func (b *layout) addExternalFrontend(sp *servicePort, k *frontendKind, key []string) {
 	if !sp.svc.ExternalPolicyLocal {
 		b.rs.AddElement(&knftables.Element{Set: k.masq, Key: slices.Clone(key)})
 		b.route(sp, k, k.dispatch, key, sp.sel.Cluster, false)
@@ -134,7 +134,7 @@ func (b *builder) addExternalFrontend(sp *servicePort, k *frontendKind, key []st
 
 // route puts frontend key into dispatch map m, sending it to eps, or, when eps is
 // empty, into the no-endpoint map of its kind.
-func (b *builder) route(sp *servicePort, k *frontendKind, m string, key []string, eps []state.Endpoint, local bool) {
+func (b *layout) route(sp *servicePort, k *frontendKind, m string, key []string, eps []state.Endpoint, local bool) {
 	if len(eps) == 0 {
 		b.noEndpoints(sp, k, key)
 		return
@@ -147,7 +147,7 @@ func (b *builder) route(sp *servicePort, k *frontendKind, m string, key []string
 // them when it only lacks endpoints for this traffic (a Local policy without local
 // endpoints): the Service works, just not on this node, so clients must not be told
 // it refuses connections; a load balancer's health check steers them elsewhere.
-func (b *builder) noEndpoints(sp *servicePort, k *frontendKind, key []string) {
+func (b *layout) noEndpoints(sp *servicePort, k *frontendKind, key []string) {
 	verdict := verdictDrop
 	if !sp.sel.Any {
 		verdict = verdictReject
@@ -161,7 +161,7 @@ func (b *builder) noEndpoints(sp *servicePort, k *frontendKind, key []string) {
 // sessionAffinity ClientIP the affinity chains and maps instead (affinity.go).
 // local selects the local variants (dnat-local-N, local-backends-i), which hold a
 // frontend's local endpoints beside its cluster ones.
-func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
+func (b *layout) dispatchVerdict(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
 	if sp.svc.AffinityTimeout > 0 {
 		return "goto " + b.affinityChain(sp, k, key, eps, local)
 	}
@@ -176,7 +176,7 @@ func (b *builder) dispatchVerdict(sp *servicePort, k *frontendKind, key []string
 }
 
 // dnatName returns the name of the dnat chain of kind k for n endpoints.
-func (b *builder) dnatName(k *frontendKind, n int, local bool) string {
+func (b *layout) dnatName(k *frontendKind, n int, local bool) string {
 	if local {
 		return numbered(k.dnatLocalPrefix, n)
 	}
@@ -205,7 +205,7 @@ func numbered(prefix string, n int) string {
 
 // dnatChain returns the name of the chain that picks one of n backends of the kind
 // at random, adding it on first use so that only the counts in use have a chain.
-func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
+func (b *layout) dnatChain(k *frontendKind, n int, local bool) string {
 	name := b.dnatName(k, n, local)
 	if _, ok := b.rs.Chains[name]; ok {
 		return name
@@ -226,7 +226,7 @@ func (b *builder) dnatChain(k *frontendKind, n int, local bool) string {
 }
 
 // backendsName returns the name of backends map i of kind k.
-func (b *builder) backendsName(k *frontendKind, i int, local bool) string {
+func (b *layout) backendsName(k *frontendKind, i int, local bool) string {
 	name := k.backends
 	if local {
 		name = k.localBackends
@@ -235,7 +235,7 @@ func (b *builder) backendsName(k *frontendKind, i int, local bool) string {
 }
 
 // keyType returns the type of the frontend keys of kind k.
-func (b *builder) keyType(k *frontendKind) string {
+func (b *layout) keyType(k *frontendKind) string {
 	if k.byAddress {
 		return b.fam.addrType + " . inet_proto . inet_service"
 	}
@@ -244,7 +244,7 @@ func (b *builder) keyType(k *frontendKind) string {
 
 // backendsType returns the type of the backends maps of kind k: frontend key to
 // endpoint address . port.
-func (b *builder) backendsType(k *frontendKind) string {
+func (b *layout) backendsType(k *frontendKind) string {
 	return b.keyType(k) + " : " + b.fam.addrType + " . inet_service"
 }
 
@@ -253,7 +253,7 @@ func (b *builder) backendsType(k *frontendKind) string {
 // DNATs through it on first use. The maps are declared by type rather than typeof:
 // nft 1.0.6 refuses new rules that use a typeof map with "th dport" already in the
 // kernel ("conflicting protocols specified").
-func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
+func (b *layout) pickChain(k *frontendKind, i int, local bool) string {
 	name := b.backendsName(k, i, local)
 	if _, ok := b.rs.Maps[name]; ok {
 		return name
@@ -272,7 +272,7 @@ func (b *builder) pickChain(k *frontendKind, i int, local bool) string {
 // dispatchElement sends frontend key to verdict in dispatch chain c: it adds the key
 // to the class set of that verdict, commented with its Service port, adding the set
 // on first use. dispatchChainsOf then gives c a rule for the set.
-func (b *builder) dispatchElement(c string, key []string, verdict string, sp *servicePort) {
+func (b *layout) dispatchElement(c string, key []string, verdict string, sp *servicePort) {
 	name := ClassSet(c, verdict)
 	if _, ok := b.rs.Sets[name]; !ok {
 		b.rs.Sets[name] = shared(b.fam.v6, kindSet, name, func() *knftables.Set {
@@ -327,13 +327,13 @@ func ClassOf(set string) (chain, verdict string, ok bool) {
 	return chain, "goto " + target, true
 }
 
-// dispatchChainsOf returns the dispatch chains of rs, derived from its class sets:
+// DispatchChainsOf returns the dispatch chains of rs, derived from its class sets:
 // each chain matches the destination against each of its class sets in name order
 // and issues the set's verdict. A frontend is in at most one class set of a chain.
-// The chains do not belong to any Service: Build and the Builder add them once the
+// The chains do not belong to any Service: Build and the changeset.Builder add them once the
 // Services' fragments are merged.
-func dispatchChainsOf(rs *Ruleset) *Ruleset {
-	b := &builder{rs: New(rs.Family, rs.Table), fam: newFamilyInfo(rs.Family)}
+func DispatchChainsOf(rs *Ruleset) *Ruleset {
+	b := &layout{rs: New(rs.Family, rs.Table), fam: newFamilyInfo(rs.Family)}
 	for c := range dispatchChains {
 		b.chain(c)
 	}
@@ -352,6 +352,15 @@ func dispatchChainsOf(rs *Ruleset) *Ruleset {
 // are never modified once made; the number of names is that of the endpoint counts
 // and verdicts ever in use.
 var sharedObjs sync.Map
+
+// objKind tells apart the kinds of shared objects, whose names may coincide.
+type objKind uint8
+
+const (
+	kindChain objKind = iota
+	kindSet
+	kindMap
+)
 
 type sharedKey struct {
 	v6   bool

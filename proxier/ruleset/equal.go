@@ -1,6 +1,7 @@
 package ruleset
 
 import (
+	"reflect"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -12,8 +13,10 @@ import (
 // they do not know, compared by address), which only costs the caller a slower
 // comparison or an update it could have skipped.
 
-// equalObj compares two versions of a chain, set, map or element.
-func equalObj(a, b any) bool {
+// EqualObjects compares two versions of a chain, set, map or element without
+// reflection: it is exact when it reports true, and may report false for deeply
+// equal versions, as the functions below.
+func EqualObjects(a, b any) bool {
 	if a == b {
 		return true
 	}
@@ -117,4 +120,29 @@ func ptrEqual[T comparable](a, b *T) bool {
 // reflect.DeepEqual.
 func sliceEqual[T comparable](a, b []T) bool {
 	return (a == nil) == (b == nil) && slices.Equal(a, b)
+}
+
+// SameChain reports whether two versions of a chain are deeply equal: definition
+// and rules. It tries the cheap comparison first, which is exact when it says yes.
+func SameChain(a, b *Chain) bool {
+	if equalChain(a, b) {
+		return true
+	}
+	return reflect.DeepEqual(a.Chain, b.Chain) && slices.EqualFunc(a.Rules, b.Rules, func(x, y *knftables.Rule) bool {
+		return reflect.DeepEqual(x, y)
+	})
+}
+
+// SameRule reports whether two rules are alike.
+func SameRule(a, b *knftables.Rule) bool { return equalRule(a, b) }
+
+// SameSet reports whether two versions of a set are deeply equal.
+func SameSet(a, b *knftables.Set) bool { return equalSet(a, b) || reflect.DeepEqual(a, b) }
+
+// SameMap reports whether two versions of a map are deeply equal.
+func SameMap(a, b *knftables.Map) bool { return equalMap(a, b) || reflect.DeepEqual(a, b) }
+
+// SameElement reports whether two versions of an element are deeply equal.
+func SameElement(a, b *knftables.Element) bool {
+	return equalElement(a, b) || reflect.DeepEqual(a, b)
 }

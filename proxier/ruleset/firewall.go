@@ -15,7 +15,7 @@ import (
 // the ranges restrict the Service, and failing open for the other family would
 // admit clients the user meant to keep out (kube-proxy, which ignores the ranges
 // of the other family, fails open here).
-func (b *builder) addFirewall(sp *servicePort, key []string) {
+func (b *layout) addFirewall(sp *servicePort, key []string) {
 	b.rs.AddElement(&knftables.Element{Set: SetFirewallIPs, Key: slices.Clone(key), Comment: elementComment(sp.id)})
 	for _, r := range b.fam.prefixes(sp.svc.SourceRanges) {
 		b.rs.AddElement(&knftables.Element{Set: SetFirewallAllow, Key: append(slices.Clone(key), prefixString(r))})

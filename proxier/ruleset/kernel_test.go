@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/internal/testenv"
 )
 
 // TestGoldensLoadIntoKernel feeds every golden to the real nft in a fresh network
@@ -43,14 +45,7 @@ func TestBuildLoadsIntoKernel(t *testing.T) {
 // namespace: that takes root, unshare and nft.
 func requireNetnsNFT(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping kernel test: needs root to create a network namespace")
-	}
-	for _, bin := range []string{"unshare", "nft"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("skipping kernel test: %s not found", bin)
-		}
-	}
+	testenv.RequireRoot(t, "unshare", "nft")
 }
 
 // loadInNetns runs "nft -f path" in a new, empty network namespace that vanishes

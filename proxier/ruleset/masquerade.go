@@ -8,7 +8,7 @@ import (
 // podTraffic returns the match that tells this family's pod traffic apart, negated
 // when not is set, and false when the configuration has no detector for the family
 // (no local mode, or ClusterCIDR mode without a cluster CIDR of this family).
-func (b *builder) podTraffic(not bool) (string, bool) {
+func (b *layout) podTraffic(not bool) (string, bool) {
 	op := ""
 	if not {
 		op = "!= "
@@ -27,11 +27,11 @@ func (b *builder) podTraffic(not bool) (string, bool) {
 }
 
 // masqMark returns the packet mark bit that requests masquerading, as nft spells it.
-func (b *builder) masqMark() string { return fmt.Sprintf("0x%x", uint32(1)<<b.cfg.MasqueradeBit) }
+func (b *layout) masqMark() string { return fmt.Sprintf("0x%x", uint32(1)<<b.cfg.MasqueradeBit) }
 
 // addServicesChain adds the chain both nat hooks jump to: first the rules that mark
 // traffic for masquerading, then the dispatch by frontend.
-func (b *builder) addServicesChain() {
+func (b *layout) addServicesChain() {
 	ip := b.fam.ip
 	var rules []string
 	toClusterIP := ip + " daddr @" + SetClusterIPs
@@ -57,7 +57,7 @@ func (b *builder) addServicesChain() {
 // addMasquerading adds the chain that sets the masquerade mark and the postrouting
 // chain that acts on it. The mark is cleared before masquerading so that a packet
 // re-entering the stack (say, through a tunnel) is not masqueraded twice.
-func (b *builder) addMasquerading() {
+func (b *layout) addMasquerading() {
 	mark := b.masqMark()
 	b.chain(ChainMarkForMasquerade, "mark set mark or "+mark)
 	b.chain(ChainMasquerading,

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
 )
 
 func TestPortID(t *testing.T) {
@@ -37,9 +38,9 @@ func TestElementComment(t *testing.T) {
 }
 
 func TestFamilyPrefixes(t *testing.T) {
-	in := prefixes("10.1.2.3/8", "10.128.0.0/9", "192.0.2.7/32", "2001:db8::/32", "172.16.0.0/12", "10.0.0.0/8")
+	in := fixture.Prefixes("10.1.2.3/8", "10.128.0.0/9", "192.0.2.7/32", "2001:db8::/32", "172.16.0.0/12", "10.0.0.0/8")
 	got := newFamilyInfo(knftables.IPv4Family).prefixes(in)
-	want := prefixes("10.0.0.0/8", "172.16.0.0/12", "192.0.2.7/32")
+	want := fixture.Prefixes("10.0.0.0/8", "172.16.0.0/12", "192.0.2.7/32")
 	if diff := cmp.Diff(want, got, netipComparers); diff != "" {
 		t.Errorf("prefixes (-want +got):\n%s", diff)
 	}
@@ -52,11 +53,11 @@ func TestFamilyPrefixes(t *testing.T) {
 }
 
 func TestFamilyAddrs(t *testing.T) {
-	in := addrs("10.0.0.1", "::ffff:10.0.0.2", "fd00::1", "10.0.0.1", "fe80::1%eth0")
-	if got, want := newFamilyInfo(knftables.IPv4Family).addrs(in), addrs("10.0.0.1", "10.0.0.2"); !cmp.Equal(got, want, netipComparers) {
+	in := fixture.Addrs("10.0.0.1", "::ffff:10.0.0.2", "fd00::1", "10.0.0.1", "fe80::1%eth0")
+	if got, want := newFamilyInfo(knftables.IPv4Family).addrs(in), fixture.Addrs("10.0.0.1", "10.0.0.2"); !cmp.Equal(got, want, netipComparers) {
 		t.Errorf("ip addrs = %v, want %v", got, want)
 	}
-	if got, want := newFamilyInfo(knftables.IPv6Family).addrs(in), addrs("fd00::1", "fe80::1"); !cmp.Equal(got, want, netipComparers) {
+	if got, want := newFamilyInfo(knftables.IPv6Family).addrs(in), fixture.Addrs("fd00::1", "fe80::1"); !cmp.Equal(got, want, netipComparers) {
 		t.Errorf("ip6 addrs = %v, want %v", got, want)
 	}
 }

@@ -12,13 +12,14 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
 )
 
 // syntheticCluster returns n Services with unique addresses that cycle through
 // every feature (types, traffic policies, affinity, source ranges, dual-stack,
 // endpoint counts 0..3 on this node and others, not-ready and terminating ones).
 func syntheticCluster(n int) *state.ClusterState {
-	st := newCluster()
+	st := fixture.NewCluster()
 	for i := range n {
 		id := fmt.Sprintf("ns%d/svc%d", i%7, i)
 		ips := fmt.Sprintf("172.30.%d.%d", i/250, i%250+1)
@@ -26,45 +27,45 @@ func syntheticCluster(n int) *state.ClusterState {
 			ips += fmt.Sprintf(",fd02::%x", i+1)
 		}
 		ext := fmt.Sprintf("203.0.%d.%d", 113+i/250, i%250+1)
-		var opts []svcOpt
+		var opts []fixture.ServiceOption
 		switch i % 8 {
 		case 1:
-			opts = append(opts, nodePortType)
+			opts = append(opts, fixture.NodePortType)
 		case 2:
-			opts = append(opts, loadBalancer(ext))
+			opts = append(opts, fixture.LoadBalancer(ext))
 		case 3:
-			opts = append(opts, loadBalancer(ext), etpLocal)
+			opts = append(opts, fixture.LoadBalancer(ext), fixture.ETPLocal)
 		case 4:
-			opts = append(opts, externalIPs(ext), etpLocal, affinity(time.Minute))
+			opts = append(opts, fixture.ExternalIPs(ext), fixture.ETPLocal, fixture.Affinity(time.Minute))
 		case 5:
-			opts = append(opts, itpLocal)
+			opts = append(opts, fixture.ITPLocal)
 		case 6:
-			opts = append(opts, affinity(3*time.Hour), nodePortType)
+			opts = append(opts, fixture.Affinity(3*time.Hour), fixture.NodePortType)
 		case 7:
-			opts = append(opts, loadBalancer(ext), sourceRanges("192.0.2.0/24", "2001:db8::/32"))
+			opts = append(opts, fixture.LoadBalancer(ext), fixture.SourceRanges("192.0.2.0/24", "2001:db8::/32"))
 		}
 		var nodePort uint16
 		if i%8 == 1 || i%8 == 2 || i%8 == 3 || i%8 == 6 || i%8 == 7 {
 			nodePort = uint16(30000 + i)
 		}
-		proto := []func(string, uint16, uint16) state.ServicePort{tcp, udp, sctp}[i%3]
-		svc := addService(st, id, ips, append(opts, ports(proto("p", 80, nodePort), tcp("", 8443, 0)))...)
+		proto := []func(string, uint16, uint16) state.ServicePort{fixture.TCP, fixture.UDP, fixture.SCTP}[i%3]
+		svc := fixture.AddService(st, id, ips, append(opts, fixture.Ports(proto("p", 80, nodePort), fixture.TCP("", 8443, 0)))...)
 		var eps []state.SliceEndpoint
 		// The count cycles on its own, so that each feature meets every count.
 		for j := range (i + i/8) % 4 {
-			node := []string{nodeName, "node-b"}[(i+j)%2]
-			var o []epOpt
+			node := []string{fixture.NodeName, "node-b"}[(i+j)%2]
+			var o []fixture.EndpointOption
 			switch (i + j) % 5 {
 			case 3:
-				o = append(o, notReady)
+				o = append(o, fixture.NotReady)
 			case 4:
-				o = append(o, terminating(true))
+				o = append(o, fixture.Terminating(true))
 			}
-			eps = append(eps, ep(fmt.Sprintf("10.%d.%d.%d", 1+j, i/250, i%250+1), node, o...))
+			eps = append(eps, fixture.Endpoint(fmt.Sprintf("10.%d.%d.%d", 1+j, i/250, i%250+1), node, o...))
 		}
-		addSlice(st, svc, "v4", targets(svc, 8080), eps...)
+		fixture.AddSlice(st, svc, "v4", fixture.Targets(svc, 8080), eps...)
 		if i%3 == 0 && len(eps) > 0 {
-			addSlice(st, svc, "v6", targets(svc, 8080), ep(fmt.Sprintf("fd01::%x", i+1), nodeName))
+			fixture.AddSlice(st, svc, "v6", fixture.Targets(svc, 8080), fixture.Endpoint(fmt.Sprintf("fd01::%x", i+1), fixture.NodeName))
 		}
 	}
 	return st
@@ -74,7 +75,7 @@ func syntheticCluster(n int) *state.ClusterState {
 func everything(t testing.TB) (*state.ClusterState, Config) {
 	t.Helper()
 	cfg := baseConfig()
-	cfg.NodePortAddresses = prefixes("192.168.0.0/16", "fd00::/8")
+	cfg.NodePortAddresses = fixture.Prefixes("192.168.0.0/16", "fd00::/8")
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -229,7 +230,7 @@ func TestBuildRejectsInet(t *testing.T) {
 			t.Error("Build(inet) did not panic")
 		}
 	}()
-	Build(newCluster(), baseConfig(), knftables.InetFamily)
+	Build(fixture.NewCluster(), baseConfig(), knftables.InetFamily)
 }
 
 // BenchmarkBuild measures a full Build of the ip table for 10k Services.
@@ -245,9 +246,9 @@ func BenchmarkBuild(b *testing.B) {
 // other nodes too: a pod whose own node does not proxy its Service traffic reaches
 // itself through this node, and without masquerading it would answer itself.
 func TestHairpinHoldsEveryEndpoint(t *testing.T) {
-	st := newCluster()
-	svc := addService(st, "default/web", "172.30.0.10", ports(tcp("http", 80, 0)))
-	addSlice(st, svc, "web-1", targets(svc, 8080), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
+	st := fixture.NewCluster()
+	svc := fixture.AddService(st, "default/web", "172.30.0.10", fixture.Ports(fixture.TCP("http", 80, 0)))
+	fixture.AddSlice(st, svc, "web-1", fixture.Targets(svc, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
 	rs := Build(st, baseConfig(), knftables.IPv4Family)
 	for _, a := range []string{"10.1.0.5", "10.2.0.6"} {
 		if rs.Elements[SetHairpin][a+" . "+a] == nil {

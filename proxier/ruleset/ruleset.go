@@ -1,6 +1,7 @@
 // Package ruleset builds the nftables ruleset the proxier wants for a ClusterState.
 // Build is a pure function of state and Config; it performs no I/O. The Ruleset it
-// returns is plain data that proxier/sync diffs against what it applied last.
+// returns is plain data; proxier/changeset builds the same layout incrementally
+// and reports what changed, for proxier/syncer to apply.
 package ruleset
 
 import (
@@ -112,15 +113,6 @@ func (r *Ruleset) NumObjects() int {
 	for _, c := range r.Chains {
 		n += len(c.Rules)
 	}
-	for _, es := range r.Elements {
-		n += len(es)
-	}
-	return n
-}
-
-// numDefs returns the number of chains, sets, maps and elements (rules aside).
-func (r *Ruleset) numDefs() int {
-	n := len(r.Chains) + len(r.Sets) + len(r.Maps)
 	for _, es := range r.Elements {
 		n += len(es)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -14,14 +15,14 @@ import (
 // they move, listed before the sync's transaction, which may delete a set that
 // records move out of (its index is no longer in use).
 type affinityPlan struct {
-	moves   []ruleset.AffinityMove
+	moves   []changeset.AffinityMove
 	records map[string][]*knftables.Element
 }
 
 // listAffinity lists the kernel's affinity sets that moves take records out of. It
 // costs nothing when moves is empty, which it is unless an affinity Service's
 // endpoints changed.
-func (s *Syncer) listAffinity(ctx context.Context, moves []ruleset.AffinityMove) (*affinityPlan, error) {
+func (s *Syncer) listAffinity(ctx context.Context, moves []changeset.AffinityMove) (*affinityPlan, error) {
 	p := &affinityPlan{moves: moves, records: map[string][]*knftables.Element{}}
 	for _, m := range moves {
 		if _, ok := p.records[m.From]; ok {
@@ -97,7 +98,7 @@ func withTimeout(key []string, secs string) []string {
 // desired when the Syncer has not applied anything yet (a restarted proxier): the
 // old side is read from the affinity backends maps in the kernel, existing names
 // the table's maps.
-func (s *Syncer) kernelAffinityMoves(ctx context.Context, desired *ruleset.Ruleset, existing []string) ([]ruleset.AffinityMove, error) {
+func (s *Syncer) kernelAffinityMoves(ctx context.Context, desired *ruleset.Ruleset, existing []string) ([]changeset.AffinityMove, error) {
 	old := ruleset.New(desired.Family, desired.Table)
 	want := ruleset.New(desired.Family, desired.Table)
 	for _, name := range existing {
@@ -116,5 +117,5 @@ func (s *Syncer) kernelAffinityMoves(ctx context.Context, desired *ruleset.Rules
 			want.AddElement(e)
 		}
 	}
-	return ruleset.AffinityMoves(desired, ruleset.Diff(old, want)), nil
+	return changeset.AffinityMoves(desired, changeset.Diff(old, want)), nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -41,7 +42,7 @@ func TestKernelAffinityMoves(t *testing.T) {
 	}
 	changed := map[state.ServiceName]bool{name: true}
 	endpoints("10.1.0.5", "10.2.0.6")
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	s := New(nft)
 	rs, d := b.Update(st, nil)
 	if _, err := s.Apply(ctx, rs, d); err != nil {
@@ -123,7 +124,7 @@ func TestKernelAffinityMoves(t *testing.T) {
 	// A restarted proxier, which finds the endpoints changed meanwhile, reads the
 	// old affinity maps from the kernel and moves the records the same way.
 	endpoints("10.2.0.6")
-	b2 := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b2 := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d = b2.Update(st, nil)
 	if _, err := New(nft).Apply(ctx, rs, d); err != nil {
 		t.Fatal(err)

@@ -9,14 +9,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
-// The tests in this file drive the incremental path: ruleset.Builder.Update feeding
+// The tests in this file drive the incremental path: changeset.Builder.Update feeding
 // Syncer.Apply, as the daemon does.
 
-func mustApply(t *testing.T, s *Syncer, rs *ruleset.Ruleset, d *ruleset.Delta) Result {
+func mustApply(t *testing.T, s *Syncer, rs *ruleset.Ruleset, d *changeset.Delta) Result {
 	t.Helper()
 	res, err := s.Apply(context.Background(), rs, d)
 	if err != nil {
@@ -29,7 +30,7 @@ func TestApplyOneServiceChangeAt1000Services(t *testing.T) {
 	st := cluster(1000)
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 	s := New(f)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	if res := mustApply(t, s, rs, d); !res.Full {
 		t.Fatalf("first apply not full")
@@ -62,7 +63,7 @@ func TestPropertyBuilderChurnEqualsFreshBuild(t *testing.T) {
 		st := cluster(30)
 		f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 		s := New(f, WithKeepLimit(0))
-		b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+		b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 		rs, d := b.Update(st, nil)
 		mustApply(t, s, rs, d)
 		for step := range 40 {
@@ -70,7 +71,7 @@ func TestPropertyBuilderChurnEqualsFreshBuild(t *testing.T) {
 			st, name = churnStep(st, r, true)
 			rs, d := b.Update(st, map[state.ServiceName]bool{name: true})
 			want := ruleset.Build(st, testConfig, knftables.IPv4Family)
-			if n := ruleset.Diff(want, rs).Len(); n != 0 {
+			if n := changeset.Diff(want, rs).Len(); n != 0 {
 				t.Fatalf("seed %d step %d: builder ruleset differs from a fresh Build in %d objects", seed, step, n)
 			}
 			if _, err := s.Apply(context.Background(), rs, d); err != nil {
@@ -88,7 +89,7 @@ func TestApplyAfterFailureIsFull(t *testing.T) {
 	st := cluster(20)
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 	s := New(f)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	mustApply(t, s, rs, d)
 	tx := f.NewTransaction()

@@ -6,7 +6,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
-	"github.com/nftproxy/nftproxy/proxier/ruleset"
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
@@ -17,7 +17,7 @@ func BenchmarkIncrementalUpdate(b *testing.B) {
 	for _, n := range []int{1000, 10000, 50000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			st := cluster(n)
-			bld := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+			bld := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 			bld.Update(st, nil)
 			f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 			name := state.ServiceName{Namespace: "ns", Name: "svc-10"}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -68,9 +69,9 @@ func TestFullSyncKeepsTheElementsOfDynamicSets(t *testing.T) {
 				if mode == "Sync" {
 					return mustSync(t, s, rs)
 				}
-				var d *ruleset.Delta
+				var d *changeset.Delta
 				if prev != nil {
-					d = ruleset.Diff(prev, rs)
+					d = changeset.Diff(prev, rs)
 				}
 				prev = rs
 				return mustApply(t, s, rs, d)
@@ -158,7 +159,7 @@ func TestApplyFullSyncKeepsAffinityRecords(t *testing.T) {
 	st := cluster(20) // svc-6 and svc-16 have ClientIP affinity
 	f := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 	s := New(f)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	mustApply(t, s, rs, d)
 	aff := dynamicSets(rs)

@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -64,7 +65,7 @@ func (k *keeper) count() int {
 
 // conflicts reports whether delta adds a set or map the keeper holds with another
 // definition, which cannot be changed in place: the sync must then be a full one.
-func (k *keeper) conflicts(delta *ruleset.Delta) bool {
+func (k *keeper) conflicts(delta *changeset.Delta) bool {
 	if k == nil {
 		return false
 	}
@@ -129,7 +130,7 @@ func (k *keeper) tidy(tx txWriter, desired *ruleset.Ruleset) {
 // keepRemoved keeps the chains, sets and maps delta removes, emptied: the delta
 // deletes their elements one by one, except those of a dynamic set or map, which
 // are the kernel's and go with a flush.
-func (k *keeper) keepRemoved(tx txWriter, desired *ruleset.Ruleset, delta *ruleset.Delta) {
+func (k *keeper) keepRemoved(tx txWriter, desired *ruleset.Ruleset, delta *changeset.Delta) {
 	for name, c := range delta.Chains {
 		if c.New == nil {
 			k.chains[name] = c.Old

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -27,7 +28,7 @@ func keepScenario(t *testing.T, nft knftables.Interface, limit int, after func(s
 	st := cluster(20)
 	name := state.ServiceName{Namespace: "ns", Name: "svc-3"}
 	s := New(nft, WithKeepLimit(limit))
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	if _, err := s.Apply(ctx, rs, d); err != nil {
 		t.Fatalf("full sync: %v", err)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -26,7 +27,7 @@ func TestKernelIncrementalSyncs(t *testing.T) {
 	ctx := context.Background()
 	st := cluster(30)
 	s := New(nft)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	if _, err := s.Apply(ctx, rs, d); err != nil {
 		t.Fatalf("full sync: %v", err)

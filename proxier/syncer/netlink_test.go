@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -194,7 +195,7 @@ func TestKernelNetlinkIPv6(t *testing.T) {
 func TestKernelNetlinkResync(t *testing.T) {
 	ctx := context.Background()
 	st := cluster(40)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	ns, nft, s := netlinkSyncer(t, "nlre", knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	if res, err := s.Apply(ctx, rs, d); err != nil || res.NetlinkElements == 0 {
@@ -303,7 +304,7 @@ func TestKernelNetlinkError(t *testing.T) {
 func TestKernelNetlinkIncremental(t *testing.T) {
 	ctx := context.Background()
 	st := cluster(40)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
 	_, nft, s := netlinkSyncer(t, "nlinc", knftables.IPv4Family)
 	rs, d := b.Update(st, nil)
 	if _, err := s.Apply(ctx, rs, d); err != nil {
@@ -389,8 +390,8 @@ func TestPlanElementBatch(t *testing.T) {
 	rs.AddSet(&knftables.Set{Name: "ips", Type: "ipv4_addr"})
 	rs.AddSet(&knftables.Set{Name: "ranges", Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}})
 	gone := &knftables.Set{Name: "kept", Type: "ipv4_addr . inet_service"}
-	delta := ruleset.NewDelta()
-	delta.Sets["kept"] = ruleset.Change[*knftables.Set]{Old: gone}
+	delta := changeset.NewDelta()
+	delta.Sets["kept"] = changeset.Change[*knftables.Set]{Old: gone}
 	el := func(set string, key ...string) *knftables.Element { return &knftables.Element{Set: set, Key: key} }
 	for _, tc := range []struct {
 		name  string

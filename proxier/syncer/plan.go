@@ -7,6 +7,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -213,7 +214,7 @@ func addAll(p *Plan, rs *ruleset.Ruleset, skip map[string]bool) {
 // non-nil), removed objects are emptied and kept; once more than keepLimit are
 // kept, the same plan removes them. The plan's batch is set when every operation
 // is an element operation that netlink carries (see elementBatch).
-func planIncremental(applied, desired *ruleset.Ruleset, delta *ruleset.Delta, k *keeper, keepLimit int) *Plan {
+func planIncremental(applied, desired *ruleset.Ruleset, delta *changeset.Delta, k *keeper, keepLimit int) *Plan {
 	if needsFull(applied, desired, delta) || k.conflicts(delta) {
 		return nil
 	}
@@ -235,7 +236,7 @@ func planIncremental(applied, desired *ruleset.Ruleset, delta *ruleset.Delta, k 
 // map, a flush comes first and no deletion follows an addition (the batch writes
 // a container's flush, deletions and additions in that order). It returns false
 // otherwise.
-func (p *Plan) elementBatch(desired *ruleset.Ruleset, delta *ruleset.Delta) ([]elementOps, int, bool) {
+func (p *Plan) elementBatch(desired *ruleset.Ruleset, delta *changeset.Delta) ([]elementOps, int, bool) {
 	type pending struct {
 		op       elementOps
 		del, add []*knftables.Element
@@ -296,7 +297,7 @@ func (p *Plan) elementBatch(desired *ruleset.Ruleset, delta *ruleset.Delta) ([]e
 
 // definition returns the set or map name as desired has it, or as delta removes
 // it (a kept container whose elements the sync deletes).
-func definition(name string, desired *ruleset.Ruleset, delta *ruleset.Delta) (*knftables.Set, *knftables.Map) {
+func definition(name string, desired *ruleset.Ruleset, delta *changeset.Delta) (*knftables.Set, *knftables.Map) {
 	if s := desired.Sets[name]; s != nil {
 		return s, nil
 	}
@@ -315,7 +316,7 @@ func definition(name string, desired *ruleset.Ruleset, delta *ruleset.Delta) (*k
 // needsFull reports whether delta needs a full sync: the table changed identity, or
 // a set, map or base chain kept its name but changed its definition, which nft
 // cannot change in place.
-func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
+func needsFull(old, desired *ruleset.Ruleset, delta *changeset.Delta) bool {
 	if old.Family != desired.Family || old.Table != desired.Table || old.Comment != desired.Comment {
 		return true
 	}
@@ -342,7 +343,7 @@ func needsFull(old, desired *ruleset.Ruleset, delta *ruleset.Delta) bool {
 // while referenced. With a keeper (k non-nil), removed chains, sets and maps are
 // emptied and kept rather than deleted, and dispatch chains only gain rules (see
 // keeper).
-func applyDelta(tx txWriter, desired *ruleset.Ruleset, delta *ruleset.Delta, k *keeper) {
+func applyDelta(tx txWriter, desired *ruleset.Ruleset, delta *changeset.Delta, k *keeper) {
 	chains := ruleset.SortedKeys(delta.Chains)
 	// rewrite marks new chains that were kept with other rules; same, kept ones with
 	// the very rules wanted.
@@ -465,7 +466,7 @@ func removeObjects(tx txWriter, desired *ruleset.Ruleset, chains []knftables.Cha
 
 // dynamicGone reports whether cont is a dynamic set or map that delta removes: its
 // elements are the kernel's, not the delta's.
-func dynamicGone(delta *ruleset.Delta, cont string) bool {
+func dynamicGone(delta *changeset.Delta, cont string) bool {
 	if c, ok := delta.Sets[cont]; ok && c.New == nil {
 		return slices.Contains(c.Old.Flags, knftables.DynamicFlag)
 	}
@@ -476,7 +477,7 @@ func dynamicGone(delta *ruleset.Delta, cont string) bool {
 }
 
 // gone reports whether the set or map named cont is removed by delta.
-func gone(delta *ruleset.Delta, cont string) bool {
+func gone(delta *changeset.Delta, cont string) bool {
 	if c, ok := delta.Sets[cont]; ok && c.New == nil {
 		return true
 	}
@@ -488,7 +489,7 @@ func gone(delta *ruleset.Delta, cont string) bool {
 
 // isNewContainer reports whether the set or map named cont is created by delta, so
 // that none of its elements exists yet.
-func isNewContainer(delta *ruleset.Delta, cont string) bool {
+func isNewContainer(delta *changeset.Delta, cont string) bool {
 	if c, ok := delta.Sets[cont]; ok && c.Old == nil {
 		return true
 	}

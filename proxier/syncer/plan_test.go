@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
@@ -35,8 +36,8 @@ func runPlanSteps(t *testing.T, ss []*Syncer, check func(step int, res []Result)
 	t.Helper()
 	ctx := context.Background()
 	st := cluster(40)
-	b := ruleset.NewBuilder(testConfig, knftables.IPv4Family)
-	apply := func(step int, rs *ruleset.Ruleset, d *ruleset.Delta) {
+	b := changeset.NewBuilder(testConfig, knftables.IPv4Family)
+	apply := func(step int, rs *ruleset.Ruleset, d *changeset.Delta) {
 		t.Helper()
 		var res []Result
 		for i, s := range ss {

@@ -18,6 +18,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -73,9 +74,9 @@ type Result struct {
 	// incremental one its operations; later syncs use nft only.
 	Fallback error
 	// AffinityMoves are the session-affinity record moves made after the
-	// transaction (see ruleset.AffinityMoves): none unless the endpoints of a
+	// transaction (see changeset.AffinityMoves): none unless the endpoints of a
 	// Service with session affinity changed.
-	AffinityMoves []ruleset.AffinityMove
+	AffinityMoves []changeset.AffinityMove
 }
 
 // Option configures a Syncer.
@@ -118,9 +119,9 @@ func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }
 // (O(size of the ruleset) in CPU, O(changes) in nft operations). The Syncer keeps
 // desired as the applied state, so callers must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
-	var delta *ruleset.Delta
+	var delta *changeset.Delta
 	if s.applied != nil && !s.live {
-		delta = ruleset.Diff(s.applied, desired)
+		delta = changeset.Diff(s.applied, desired)
 	}
 	moves := s.plannedMoves(ctx, desired, delta)
 	var res Result
@@ -134,12 +135,12 @@ func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, er
 }
 
 // Apply makes the table equal to desired, given delta, what changed in desired
-// since the last Apply: the output of ruleset.Builder.Update. Its cost is O(delta),
+// since the last Apply: the output of changeset.Builder.Update. Its cost is O(delta),
 // whatever the size of the ruleset. desired may keep changing between calls (it is
 // the Builder's own ruleset); a Syncer fed by Apply must not also be fed by Sync.
 // When a full sync is due (the first sync, after RequestFullSync or a failure),
 // delta is ignored and the whole of desired is written.
-func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
+func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
 	moves := s.plannedMoves(ctx, desired, delta)
 	if s.full || s.applied == nil || delta == nil {
 		res, err := s.fullSync(ctx, desired)
@@ -152,12 +153,12 @@ func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *rul
 }
 
 // plannedMoves returns the session-affinity record moves the coming sync of desired
-// needs (see ruleset.AffinityMoves), with the records they move listed: from delta,
+// needs (see changeset.AffinityMoves), with the records they move listed: from delta,
 // or, before the first sync, from the affinity maps a previous proxier left in the
 // kernel, which must be read before the sync overwrites them. It plans nothing when
 // neither is known or the kernel cannot be read; the sync goes on regardless.
-func (s *Syncer) plannedMoves(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) *affinityPlan {
-	var moves []ruleset.AffinityMove
+func (s *Syncer) plannedMoves(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) *affinityPlan {
+	var moves []changeset.AffinityMove
 	switch {
 	case s.applied == nil:
 		maps, err := s.nft.List(ctx, "maps")
@@ -168,7 +169,7 @@ func (s *Syncer) plannedMoves(ctx context.Context, desired *ruleset.Ruleset, del
 			return nil
 		}
 	case delta != nil:
-		moves = ruleset.AffinityMoves(desired, delta)
+		moves = changeset.AffinityMoves(desired, delta)
 	}
 	if len(moves) == 0 {
 		return nil
@@ -195,7 +196,7 @@ func (s *Syncer) finish(ctx context.Context, desired *ruleset.Ruleset, res Resul
 
 // apply plans delta and writes the plan, or takes a full sync when delta changes
 // an object's definition in a way nft cannot update in place.
-func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *ruleset.Delta) (Result, error) {
+func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
 	p := planIncremental(s.applied, desired, delta, s.keep, s.keepLimit)
 	if p == nil {
 		return s.fullSync(ctx, desired)

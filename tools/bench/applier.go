@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
@@ -33,7 +34,7 @@ type applyStats struct {
 }
 
 // newApplier returns the applier the benchmark measures: the incremental builder
-// (ruleset.Builder.Update) and Syncer.Apply of its Delta, the proxier's production
+// (changeset.Builder.Update) and Syncer.Apply of its Delta, the proxier's production
 // path.
 var newApplier = newIncrementalApplier
 
@@ -58,23 +59,23 @@ func (p *pureApplier) apply(ctx context.Context, st *state.ClusterState, _ map[s
 	return applyStats{Build: t1.Sub(t0), Sync: time.Since(t1), Result: res}, err
 }
 
-// incrementalApplier updates a ruleset.Builder with the changed Services and
+// incrementalApplier updates a changeset.Builder with the changed Services and
 // applies its Delta with Syncer.Apply: O(changed) per sync. Its first sync is the
 // proxier's (Proxier.firstSync): the table is written from a from-scratch
 // ruleset.Build, then the Builder indexes every Service and its ruleset is taken
 // over with a Syncer.Sync that diffs it against the table.
 type incrementalApplier struct {
-	b     *ruleset.Builder
+	b     *changeset.Builder
 	s     *syncer.Syncer
 	cfg   ruleset.Config
 	built bool
 }
 
 func newIncrementalApplier(nft knftables.Interface, cfg ruleset.Config) applier {
-	return &incrementalApplier{b: ruleset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil))), cfg: cfg}
+	return &incrementalApplier{b: changeset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil))), cfg: cfg}
 }
 
-func (a *incrementalApplier) path() string { return "ruleset.Builder.Update + Syncer.Apply" }
+func (a *incrementalApplier) path() string { return "changeset.Builder.Update + Syncer.Apply" }
 
 func (a *incrementalApplier) apply(ctx context.Context, st *state.ClusterState, changed map[state.ServiceName]bool) (applyStats, error) {
 	if !a.built {

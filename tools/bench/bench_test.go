@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nftproxy/nftproxy/internal/testenv"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
@@ -163,12 +164,7 @@ func lbWithoutEndpoints(k *kubeProxy) int {
 // --test for the full text, then a full load followed by a partial update (which
 // deletes a stale endpoint chain), for each backend installed.
 func TestKubeProxyTextLoads(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: iptables-restore runs in a new network namespace (unshare -n)")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare not found")
-	}
+	testenv.RequireRoot(t, "unshare")
 	c := newCluster(100)
 	withTarget(c)
 	k := newKubeProxy(c.state)
@@ -252,12 +248,7 @@ func TestParseFlags(t *testing.T) {
 
 // TestBenchEndToEnd runs every phase at N=100 and checks the three outputs.
 func TestBenchEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the bench creates network namespaces")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("nft not found (make deps installs nftables)")
-	}
+	testenv.RequireRoot(t, "nft")
 	out := t.TempDir()
 	o, err := parseFlags([]string{"--sizes", "100", "--dataplane-sizes", "100", "--sim-sizes", "100",
 		"--updates", "4", "--churn", "500ms", "--connects", "100", "--sim-time", "200ms",

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nftproxy/nftproxy/internal/testenv"
 )
 
 const cluster = "../../examples/cluster.yaml"
@@ -141,14 +143,7 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 
 // TestLive traces through a ruleset loaded into a throwaway network namespace.
 func TestLive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: loads a ruleset into a new network namespace")
-	}
-	for _, tool := range []string{"nft", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
+	testenv.RequireRoot(t, "nft", "unshare")
 	bin := filepath.Join(t.TempDir(), "nftrace")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

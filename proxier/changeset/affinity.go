@@ -1,9 +1,11 @@
-package ruleset
+package changeset
 
 import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
 // AffinityMove says what becomes of the session-affinity records of one frontend
@@ -41,7 +43,7 @@ func (m *AffinityMove) Matches(record []string, nodeIPs map[string]bool) bool {
 // backends maps, and delta may have moved or removed endpoints. It looks only at
 // the affinity backends maps of delta, so a sync without affinity changes costs
 // nothing here.
-func AffinityMoves(desired *Ruleset, delta *Delta) []AffinityMove {
+func AffinityMoves(desired *ruleset.Ruleset, delta *Delta) []AffinityMove {
 	type group struct {
 		prefix   string // the map name without its index
 		frontend string
@@ -75,15 +77,15 @@ func AffinityMoves(desired *Ruleset, delta *Delta) []AffinityMove {
 	for g, slots := range groups {
 		local := strings.Contains(g.prefix, "local-")
 		nodePort := strings.Contains(g.prefix, "nodeport-")
-		timeout := desired.affinitySeconds(g.frontend, nodePort)
+		timeout := desired.AffinitySeconds(g.frontend, nodePort)
 		for i, s := range slots {
 			if s.old == "" || s.old == s.new {
 				continue
 			}
-			mv := AffinityMove{Frontend: keys[g], NodePort: nodePort, From: clientsSet(i, local), Timeout: timeout}
+			mv := AffinityMove{Frontend: keys[g], NodePort: nodePort, From: ruleset.ClientsSet(i, local), Timeout: timeout}
 			for j, t := range slots {
 				if t.new == s.old && timeout != "" {
-					mv.To = clientsSet(j, local)
+					mv.To = ruleset.ClientsSet(j, local)
 				}
 			}
 			moves = append(moves, mv)
@@ -98,7 +100,7 @@ func AffinityMoves(desired *Ruleset, delta *Delta) []AffinityMove {
 // affinityMapIndex splits the name of an affinity backends map
 // ("affinity-nodeport-local-backends-2") into its prefix and index.
 func affinityMapIndex(name string) (string, int, bool) {
-	if !strings.HasPrefix(name, AffinityMapPrefix) {
+	if !strings.HasPrefix(name, ruleset.AffinityMapPrefix) {
 		return "", 0, false
 	}
 	i := strings.LastIndexByte(name, '-')
@@ -110,35 +112,4 @@ func affinityMapIndex(name string) (string, int, bool) {
 		return "", 0, false
 	}
 	return name[:i+1], n, true
-}
-
-// affinitySeconds returns the affinity timeout, in seconds, of the Service that
-// dispatches frontend (an element key of the class sets) in r, read from the name of
-// the affinity chain its class set goes to ("affinity-dnat-3-10800"), or "" when no
-// class set of r sends it to an affinity chain.
-func (r *Ruleset) affinitySeconds(frontend string, nodePort bool) string {
-	for set, es := range r.Elements {
-		c, verdict, ok := ClassOf(set)
-		if !ok || dispatchChains[c].byAddress == nodePort || es[frontend] == nil {
-			continue
-		}
-		chain, ok := strings.CutPrefix(verdict, "goto "+AffinityMapPrefix)
-		if !ok {
-			continue
-		}
-		if i := strings.LastIndexByte(chain, '-'); i >= 0 {
-			return chain[i+1:]
-		}
-	}
-	return ""
-}
-
-// NodePortIPs returns the addresses of r's nodeport-ips set, for
-// AffinityMove.Matches.
-func (r *Ruleset) NodePortIPs() map[string]bool {
-	out := map[string]bool{}
-	for _, e := range r.Elements[SetNodePortIPs] {
-		out[ElementKey(e)] = true
-	}
-	return out
 }

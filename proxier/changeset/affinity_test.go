@@ -1,4 +1,4 @@
-package ruleset
+package changeset
 
 import (
 	"testing"
@@ -8,16 +8,17 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
 )
 
 func TestAffinityMoves(t *testing.T) {
-	st := newCluster()
-	svc := addService(st, "default/web", "172.30.0.10", affinity(90*time.Second), nodePortType, ports(tcp("http", 80, 30080)))
+	st := fixture.NewCluster()
+	svc := fixture.AddService(st, "default/web", "172.30.0.10", fixture.Affinity(90*time.Second), fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30080)))
 	setEPs := func(eps ...state.SliceEndpoint) {
 		st.Slices[svc.Name] = nil
-		addSlice(st, svc, "web-1", targets(svc, 8080), eps...)
+		fixture.AddSlice(st, svc, "web-1", fixture.Targets(svc, 8080), eps...)
 	}
-	setEPs(ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
+	setEPs(fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
 	b := NewBuilder(baseConfig(), knftables.IPv4Family)
 	b.Update(st, nil)
 	changed := map[state.ServiceName]bool{svc.Name: true}
@@ -25,7 +26,7 @@ func TestAffinityMoves(t *testing.T) {
 	nodePort := []string{"tcp", "30080"}
 
 	// A new endpoint that sorts first shifts the others up by one.
-	setEPs(ep("10.0.0.4", "node-b"), ep("10.1.0.5", nodeName), ep("10.2.0.6", "node-b"))
+	setEPs(fixture.Endpoint("10.0.0.4", "node-b"), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
 	rs, delta := b.Update(st, changed)
 	want := []AffinityMove{
 		{Frontend: frontend, From: "affinity-clients-0", To: "affinity-clients-1", Timeout: "90"},
@@ -38,7 +39,7 @@ func TestAffinityMoves(t *testing.T) {
 	}
 
 	// Removing the middle endpoint deletes its records and moves the last one's down.
-	setEPs(ep("10.0.0.4", "node-b"), ep("10.2.0.6", "node-b"))
+	setEPs(fixture.Endpoint("10.0.0.4", "node-b"), fixture.Endpoint("10.2.0.6", "node-b"))
 	rs, delta = b.Update(st, changed)
 	want = []AffinityMove{
 		{Frontend: frontend, From: "affinity-clients-1", Timeout: "90"},
@@ -51,8 +52,8 @@ func TestAffinityMoves(t *testing.T) {
 	}
 
 	// A change elsewhere moves nothing.
-	other := addService(st, "default/other", "172.30.0.11", ports(tcp("http", 80, 0)))
-	addSlice(st, other, "other-1", targets(other, 8080), ep("10.1.0.9", nodeName))
+	other := fixture.AddService(st, "default/other", "172.30.0.11", fixture.Ports(fixture.TCP("http", 80, 0)))
+	fixture.AddSlice(st, other, "other-1", fixture.Targets(other, 8080), fixture.Endpoint("10.1.0.9", fixture.NodeName))
 	rs, delta = b.Update(st, map[state.ServiceName]bool{other.Name: true})
 	if got := AffinityMoves(rs, delta); len(got) != 0 {
 		t.Errorf("moves after a change to a Service without affinity = %v, want none", got)

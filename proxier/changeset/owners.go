@@ -1,4 +1,4 @@
-package ruleset
+package changeset
 
 import "sort"
 

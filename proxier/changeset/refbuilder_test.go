@@ -1,7 +1,7 @@
-package ruleset
+package changeset
 
 // This file keeps the original (pre-optimization) Builder as an oracle for the
-// property tests: the optimized Builder and Build must give exactly its rulesets
+// property tests: the optimized Builder and ruleset.Build must give exactly its rulesets
 // and Deltas.
 
 import (
@@ -12,28 +12,30 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
 // refBuilder builds the ruleset of one family incrementally. Each Service contributes
 // a fragment of objects (its map elements, and the chains and sets it uses); the
-// refBuilder keeps every fragment and merges them into one Ruleset, so that an Update
+// refBuilder keeps every fragment and merges them into one ruleset.Ruleset, so that an Update
 // for a few changed Services costs O(their size), whatever the size of the
 // cluster, and reports exactly what changed as a Delta for the syncer.
 //
 // Objects several fragments share (a dnat-N chain, a hairpin element) stay as long
 // as one fragment has them. Frontends two Services claim go to one of them, as
-// Build documents; when the owner goes away the other is rebuilt and takes over.
+// ruleset.Build documents; when the owner goes away the other is rebuilt and
+// takes over.
 type refBuilder struct {
-	cfg    Config
+	cfg    ruleset.Config
 	family knftables.Family
 
-	rs    *Ruleset
+	rs    *ruleset.Ruleset
 	node  state.Node
-	base  *Ruleset
-	frags map[state.ServiceName]*Ruleset
+	base  *ruleset.Ruleset
+	frags map[state.ServiceName]*ruleset.Ruleset
 	// dispatch holds the dispatch chains derived from the merged class sets.
-	dispatch *Ruleset
+	dispatch *ruleset.Ruleset
 	// objects holds, per object, the fragments that have it.
 	objects map[refObjKey]*refEntry
 	claims  map[string][]refClaimant
@@ -86,13 +88,13 @@ type refClaimant struct {
 
 // newRefBuilder returns a refBuilder for one family (ip or ip6) with an empty ruleset.
 // cfg must already be defaulted and valid.
-func newRefBuilder(cfg Config, family knftables.Family) *refBuilder {
-	checkFamily(family)
+func newRefBuilder(cfg ruleset.Config, family knftables.Family) *refBuilder {
+	ruleset.CheckFamily(family)
 	return &refBuilder{
 		cfg:       cfg,
 		family:    family,
-		rs:        New(family, cfg.Table),
-		frags:     map[state.ServiceName]*Ruleset{},
+		rs:        ruleset.New(family, cfg.Table),
+		frags:     map[state.ServiceName]*ruleset.Ruleset{},
 		objects:   map[refObjKey]*refEntry{},
 		claims:    map[string][]refClaimant{},
 		svcClaims: map[state.ServiceName][]string{},
@@ -101,9 +103,9 @@ func newRefBuilder(cfg Config, family knftables.Family) *refBuilder {
 
 // Update brings the ruleset to st, rebuilding the fragments of the changed Services
 // (all of them when changed is nil) and the node's objects, and returns the ruleset
-// and what changed. The Ruleset is the refBuilder's own: it stays valid, and changes,
+// and what changed. The ruleset.Ruleset is the refBuilder's own: it stays valid, and changes,
 // with later Updates; callers must not modify it.
-func (b *refBuilder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*Ruleset, *Delta) {
+func (b *refBuilder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*ruleset.Ruleset, *Delta) {
 	b.gen++
 	b.touched = b.touched[:0]
 	if len(b.objects) == 0 {
@@ -114,10 +116,10 @@ func (b *refBuilder) Update(st *state.ClusterState, changed map[state.ServiceNam
 		b.touched = make([]refObjKey, 0, est)
 	}
 	b.dirty = map[state.ServiceName]bool{}
-	b.rs.Comment = TableComment
+	b.rs.Comment = ruleset.TableComment
 
 	b.node = st.Node
-	base := buildBase(b.cfg, b.family, st.Node)
+	base := ruleset.BuildBase(b.cfg, b.family, st.Node)
 	b.replace("", b.base, base)
 	b.base = base
 
@@ -151,7 +153,7 @@ func (b *refBuilder) Update(st *state.ClusterState, changed map[state.ServiceNam
 		}
 		clear(b.dirty)
 	}
-	dispatch := dispatchChainsOf(b.rs)
+	dispatch := ruleset.DispatchChainsOf(b.rs)
 	b.replace("", b.dispatch, dispatch)
 	b.dispatch = dispatch
 	return b.rs, b.delta()
@@ -163,9 +165,9 @@ func (b *refBuilder) rebuild(st *state.ClusterState, n state.ServiceName) {
 		b.unclaim(k, n)
 	}
 	delete(b.svcClaims, n)
-	var frag *Ruleset
+	var frag *ruleset.Ruleset
 	if svc := st.Services[n]; svc != nil {
-		frag = buildService(b.cfg, b.family, st, svc, func(key []string, id string, prio int) bool {
+		frag = ruleset.BuildService(b.cfg, b.family, st, svc, func(key []string, id string, prio int) bool {
 			return b.claim(n, strings.Join(key, " . "), id, prio)
 		})
 	}
@@ -211,7 +213,7 @@ func (b *refBuilder) unclaim(k string, n state.ServiceName) {
 }
 
 // replace swaps the objects owner contributed in old for those of frag.
-func (b *refBuilder) replace(owner string, old, frag *Ruleset) {
+func (b *refBuilder) replace(owner string, old, frag *ruleset.Ruleset) {
 	if old != nil {
 		refForEachObject(old, func(k refObjKey, _ any) { b.disown(k, owner) })
 	}
@@ -220,7 +222,7 @@ func (b *refBuilder) replace(owner string, old, frag *Ruleset) {
 	}
 }
 
-func refForEachObject(r *Ruleset, fn func(refObjKey, any)) {
+func refForEachObject(r *ruleset.Ruleset, fn func(refObjKey, any)) {
 	for n, c := range r.Chains {
 		fn(refObjKey{kind: refKindChain, name: n}, c)
 	}
@@ -289,7 +291,7 @@ func (b *refBuilder) setEffective(k refObjKey, v any) {
 		if v == nil {
 			delete(b.rs.Chains, k.name)
 		} else {
-			b.rs.Chains[k.name] = v.(*Chain)
+			b.rs.Chains[k.name] = v.(*ruleset.Chain)
 		}
 	case refKindSet:
 		if v == nil {
@@ -332,9 +334,9 @@ func (b *refBuilder) delta() *Delta {
 		}
 		switch k.kind {
 		case refKindChain:
-			o, n := refAsPtr[Chain](old), refAsPtr[Chain](cur)
+			o, n := refAsPtr[ruleset.Chain](old), refAsPtr[ruleset.Chain](cur)
 			if o == nil || n == nil || !refSameChain(o, n) {
-				d.Chains[k.name] = Change[*Chain]{o, n}
+				d.Chains[k.name] = Change[*ruleset.Chain]{o, n}
 			}
 		case refKindSet:
 			o, n := refAsPtr[knftables.Set](old), refAsPtr[knftables.Set](cur)
@@ -389,7 +391,7 @@ func refCompareClaimants(a, b refClaimant) int {
 	return strings.Compare(a.id, b.id)
 }
 
-func refSameChain(a, b *Chain) bool {
+func refSameChain(a, b *ruleset.Chain) bool {
 	return reflect.DeepEqual(a.Chain, b.Chain) && slices.EqualFunc(a.Rules, b.Rules, func(x, y *knftables.Rule) bool {
 		return reflect.DeepEqual(x, y)
 	})

@@ -1,4 +1,4 @@
-package ruleset
+package changeset
 
 import (
 	"fmt"
@@ -11,7 +11,9 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
 )
 
 // conflictNamespaces sort differently as namespaces ("a" < "a-b") and as the
@@ -27,70 +29,70 @@ func randomService(st *state.ClusterState, r *rand.Rand, i int) state.ServiceNam
 	if r.IntN(3) == 0 {
 		ips += fmt.Sprintf(",fd02::%x", 1+r.IntN(12))
 	}
-	var opts []svcOpt
+	var opts []fixture.ServiceOption
 	nodePort := func() uint16 { return 0 }
 	switch r.IntN(4) {
 	case 1:
-		opts = append(opts, nodePortType)
+		opts = append(opts, fixture.NodePortType)
 		nodePort = func() uint16 { return uint16(30000 + r.IntN(4)) }
 	case 2:
 		lb := []string{fmt.Sprintf("203.0.113.%d", 1+r.IntN(4))}
 		if r.IntN(3) == 0 {
 			lb = append(lb, fmt.Sprintf("2001:db8::%x", 1+r.IntN(4)))
 		}
-		opts = append(opts, loadBalancer(lb...))
+		opts = append(opts, fixture.LoadBalancer(lb...))
 		nodePort = func() uint16 { return uint16(30000 + r.IntN(4)) }
 		if r.IntN(3) == 0 {
-			opts = append(opts, sourceRanges("192.0.2.0/24", "2001:db8::/32"))
+			opts = append(opts, fixture.SourceRanges("192.0.2.0/24", "2001:db8::/32"))
 		}
 	}
 	if r.IntN(4) == 0 {
 		// Sometimes another Service's ClusterIP.
-		opts = append(opts, externalIPs(fmt.Sprintf("172.30.0.%d", 1+r.IntN(12)), fmt.Sprintf("198.51.100.%d", 1+r.IntN(3))))
+		opts = append(opts, fixture.ExternalIPs(fmt.Sprintf("172.30.0.%d", 1+r.IntN(12)), fmt.Sprintf("198.51.100.%d", 1+r.IntN(3))))
 	}
 	if r.IntN(4) == 0 {
-		opts = append(opts, etpLocal)
+		opts = append(opts, fixture.ETPLocal)
 	}
 	if r.IntN(6) == 0 {
-		opts = append(opts, itpLocal)
+		opts = append(opts, fixture.ITPLocal)
 	}
 	if r.IntN(5) == 0 {
-		opts = append(opts, affinity(time.Duration(1+r.IntN(3))*time.Minute))
+		opts = append(opts, fixture.Affinity(time.Duration(1+r.IntN(3))*time.Minute))
 	}
 	var ps []state.ServicePort
 	switch r.IntN(3) {
 	case 0:
-		ps = append(ps, tcp("http", 80, nodePort()))
+		ps = append(ps, fixture.TCP("http", 80, nodePort()))
 	case 1:
-		ps = append(ps, tcp("", 80, nodePort()), udp("dns", 53, nodePort()))
+		ps = append(ps, fixture.TCP("", 80, nodePort()), fixture.UDP("dns", 53, nodePort()))
 	default:
-		ps = append(ps, tcp("http", uint16(80+r.IntN(2)), nodePort()), tcp("https", 443, nodePort()))
+		ps = append(ps, fixture.TCP("http", uint16(80+r.IntN(2)), nodePort()), fixture.TCP("https", 443, nodePort()))
 	}
-	svc := addService(st, id, ips, append(opts, ports(ps...))...)
+	svc := fixture.AddService(st, id, ips, append(opts, fixture.Ports(ps...))...)
 	delete(st.Slices, svc.Name)
 	var eps, eps6 []state.SliceEndpoint
 	for range r.IntN(5) {
-		node := []string{nodeName, "node-b", "node-c"}[r.IntN(3)]
-		var o []epOpt
+		node := []string{fixture.NodeName, "node-b", "node-c"}[r.IntN(3)]
+		var o []fixture.EndpointOption
 		switch r.IntN(6) {
 		case 0:
-			o = append(o, notReady)
+			o = append(o, fixture.NotReady)
 		case 1:
-			o = append(o, terminating(r.IntN(2) == 0))
+			o = append(o, fixture.Terminating(r.IntN(2) == 0))
 		}
-		eps = append(eps, ep(fmt.Sprintf("10.1.0.%d", 1+r.IntN(8)), node, o...))
+		eps = append(eps, fixture.Endpoint(fmt.Sprintf("10.1.0.%d", 1+r.IntN(8)), node, o...))
 		if r.IntN(3) == 0 {
-			eps6 = append(eps6, ep(fmt.Sprintf("fd01::%x", 1+r.IntN(8)), node, o...))
+			eps6 = append(eps6, fixture.Endpoint(fmt.Sprintf("fd01::%x", 1+r.IntN(8)), node, o...))
 		}
 	}
-	addSlice(st, svc, "v4", targets(svc, uint16(8080+r.IntN(2))), eps...)
+	fixture.AddSlice(st, svc, "v4", fixture.Targets(svc, uint16(8080+r.IntN(2))), eps...)
 	if len(eps6) > 0 {
-		addSlice(st, svc, "v6", targets(svc, 8080), eps6...)
+		fixture.AddSlice(st, svc, "v6", fixture.Targets(svc, 8080), eps6...)
 	}
 	return svc.Name
 }
 
-func sameRuleset(t *testing.T, what string, want, got *Ruleset) {
+func sameRuleset(t *testing.T, what string, want, got *ruleset.Ruleset) {
 	t.Helper()
 	if !reflect.DeepEqual(want, got) {
 		t.Fatalf("%s: ruleset differs from the original Builder's in %d objects", what, Diff(want, got).Len())
@@ -125,14 +127,14 @@ func deltaSummary(d *Delta) string {
 
 // TestBuilderMatchesOriginal drives the Builder and the original one (kept in
 // refbuilder_test.go) through the same random churn and requires identical
-// rulesets and Deltas at every step, and Build to match a fresh original build.
+// rulesets and Deltas at every step, and ruleset.Build to match the Builder.
 func TestBuilderMatchesOriginal(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Defaults()
 	compared, livelocks := 0, 0
 	for seed := range uint64(60) {
 		r := rand.New(rand.NewPCG(seed, 11))
-		st := newCluster()
+		st := fixture.NewCluster()
 		for i := range 20 {
 			if r.IntN(4) > 0 {
 				randomService(st, r, i)
@@ -142,11 +144,7 @@ func TestBuilderMatchesOriginal(t *testing.T) {
 			what := fmt.Sprintf("seed %d %s", seed, fam)
 			b := NewBuilder(cfg, fam)
 			gotRS, gotD := b.Update(st, nil)
-			fresh := buildFresh(st, cfg, fam)
-			if fresh == nil {
-				t.Fatalf("%s: buildFresh fell back to the Builder", what)
-			}
-			sameRuleset(t, what+" Build", gotRS, fresh)
+			sameRuleset(t, what+" ruleset.Build", gotRS, ruleset.Build(st, cfg, fam))
 			wantRS, wantD, ok := refUpdate(newRefBuilder(cfg, fam), st, nil)
 			if !ok {
 				livelocks++
@@ -164,7 +162,7 @@ func TestBuilderMatchesOriginal(t *testing.T) {
 }
 
 // refUpdate runs ref.Update, reporting false when the original would livelock.
-func refUpdate(ref *refBuilder, st *state.ClusterState, changed map[state.ServiceName]bool) (rs *Ruleset, d *Delta, ok bool) {
+func refUpdate(ref *refBuilder, st *state.ClusterState, changed map[state.ServiceName]bool) (rs *ruleset.Ruleset, d *Delta, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			if r != errRefLivelock {
@@ -186,7 +184,7 @@ func TestBuilderChurnMatchesOriginal(t *testing.T) {
 	compared, livelocks := 0, 0
 	for seed := range uint64(40) {
 		r := rand.New(rand.NewPCG(seed, 13))
-		st := newCluster()
+		st := fixture.NewCluster()
 		for i := range 16 {
 			randomService(st, r, i)
 		}
@@ -212,14 +210,14 @@ func TestBuilderChurnMatchesOriginal(t *testing.T) {
 				changed[name] = true
 			}
 			if r.IntN(10) == 0 {
-				st.Node.Addresses = addrs(fmt.Sprintf("192.168.0.%d", 10+r.IntN(3)), "fd00:192:168::10")
+				st.Node.Addresses = fixture.Addrs(fmt.Sprintf("192.168.0.%d", 10+r.IntN(3)), "fd00:192:168::10")
 			}
 			if r.IntN(8) == 0 {
 				changed = nil
 			}
 			what := fmt.Sprintf("seed %d step %d", seed, step)
 			gotRS, gotD := b.Update(st, changed)
-			sameRuleset(t, what+" Build", gotRS, Build(st, cfg, fam))
+			sameRuleset(t, what+" ruleset.Build", gotRS, ruleset.Build(st, cfg, fam))
 			if !ok {
 				// The original livelocked earlier: restart it from this state.
 				ref = newRefBuilder(cfg, fam)
@@ -243,69 +241,10 @@ func TestBuilderChurnMatchesOriginal(t *testing.T) {
 	}
 }
 
-// TestEqualKnowsEveryField guards equalElement, equalSet and equalMap, which list
-// the fields of the knftables types: a new field must be added to them.
-func TestEqualKnowsEveryField(t *testing.T) {
-	for _, c := range []struct {
-		v    any
-		want int
-	}{{knftables.Element{}, 7}, {knftables.Set{}, 13}, {knftables.Map{}, 12}} {
-		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
-			t.Errorf("%T has %d fields, equal.go compares %d", c.v, n, c.want)
-		}
-	}
-}
-
-// TestEqualMatchesDeepEqual checks that the equal* functions never call equal two
-// versions reflect.DeepEqual tells apart.
-func TestEqualMatchesDeepEqual(t *testing.T) {
-	st, cfg := everything(t)
-	var objs []any
-	for _, f := range dual {
-		rs := Build(st, cfg, f)
-		for _, c := range rs.Chains {
-			objs = append(objs, c)
-		}
-		for _, s := range rs.Sets {
-			objs = append(objs, s)
-		}
-		for _, m := range rs.Maps {
-			objs = append(objs, m)
-		}
-		for _, es := range rs.Elements {
-			for _, e := range es {
-				objs = append(objs, e)
-			}
-		}
-	}
-	// Variants that differ in one field each.
-	s := "x"
-	objs = append(objs,
-		&knftables.Element{Set: "a", Key: []string{}}, &knftables.Element{Set: "a"},
-		&knftables.Element{Set: "a", Comment: &s}, &knftables.Element{Set: "a", Value: []string{"x"}},
-		&Chain{Chain: knftables.Chain{Name: "c"}}, &Chain{Chain: knftables.Chain{Name: "c"}, Rules: []*knftables.Rule{}},
-		&Chain{Chain: knftables.Chain{Name: "c", Comment: &s}},
-		&Chain{Chain: knftables.Chain{Name: "c"}, Rules: []*knftables.Rule{{Chain: "c", Rule: "drop"}}},
-		&Chain{Chain: knftables.Chain{Name: "c"}, Rules: []*knftables.Rule{{Chain: "c", Rule: "drop", Comment: &s}}},
-		&knftables.Set{Name: "s"}, &knftables.Set{Name: "s", Flags: []knftables.SetFlag{}},
-		&knftables.Map{Name: "s"}, &knftables.Map{Name: "s", Comment: &s},
-	)
-	for i, a := range objs {
-		for j, b := range objs {
-			if i%7 != 0 && j != i && j != i+1 && j < len(objs)-20 && i < len(objs)-20 {
-				continue // a sample of the pairs is enough
-			}
-			if got, want := equalObj(a, b), reflect.DeepEqual(a, b); got && !want {
-				t.Fatalf("equalObj(%+v, %+v) = true, but they differ", a, b)
-			}
-		}
-	}
-}
-
 // TestMain runs the tests with parallel first builds from a few Services on, so
 // that the small clusters of the tests take the parallel path too.
 func TestMain(m *testing.M) {
-	parallelMin = 2
+	ruleset.ParallelMin = 2
 	os.Exit(m.Run())
 }
 
@@ -313,11 +252,11 @@ func TestMain(m *testing.M) {
 // The original Builder rebuilt them in turn forever, each rebuild withdrawing and
 // renewing its claims and so marking the other Service dirty.
 func TestMutualConflictTerminates(t *testing.T) {
-	st := newCluster()
-	a := addService(st, "default/a", "172.30.0.1", externalIPs("172.30.0.2"), ports(tcp("http", 80, 0)))
-	addSlice(st, a, "a", targets(a, 8080), ep("10.1.0.1", nodeName))
-	bb := addService(st, "default/b", "172.30.0.2", externalIPs("172.30.0.1"), ports(tcp("http", 80, 0)))
-	addSlice(st, bb, "b", targets(bb, 8080), ep("10.1.0.2", nodeName))
+	st := fixture.NewCluster()
+	a := fixture.AddService(st, "default/a", "172.30.0.1", fixture.ExternalIPs("172.30.0.2"), fixture.Ports(fixture.TCP("http", 80, 0)))
+	fixture.AddSlice(st, a, "a", fixture.Targets(a, 8080), fixture.Endpoint("10.1.0.1", fixture.NodeName))
+	bb := fixture.AddService(st, "default/b", "172.30.0.2", fixture.ExternalIPs("172.30.0.1"), fixture.Ports(fixture.TCP("http", 80, 0)))
+	fixture.AddSlice(st, bb, "b", fixture.Targets(bb, 8080), fixture.Endpoint("10.1.0.2", fixture.NodeName))
 	cfg := baseConfig()
 	cfg.Defaults()
 	done := make(chan bool)

@@ -1,13 +1,11 @@
-package ruleset
+package changeset
 
 import (
-	"reflect"
 	"slices"
-	"sort"
-	"strings"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
@@ -19,16 +17,17 @@ import (
 //
 // Objects several fragments share (a dnat-N chain, a hairpin element) stay as long
 // as one fragment has them. Frontends two Services claim go to one of them, as
-// Build documents; when the owner goes away the other is rebuilt and takes over.
+// ruleset.Build documents; when the owner goes away the other is rebuilt and
+// takes over.
 //
 // The first Update of every Service builds them on up to GOMAXPROCS goroutines, as
-// Build does; later ones cost O(the changed Services), not O(the cluster). A
+// ruleset.Build does; later ones cost O(the changed Services), not O(the cluster). A
 // Builder is not safe for concurrent use.
 type Builder struct {
-	cfg    Config
+	cfg    ruleset.Config
 	family knftables.Family
 
-	rs   *Ruleset
+	rs   *ruleset.Ruleset
 	node state.Node
 	// base owns the objects that belong to no Service; svcs holds the owner of the
 	// fragment of each Service that has one.
@@ -110,7 +109,7 @@ const (
 // claimSet holds the claimants of one frontend key, best first.
 type claimSet struct {
 	key string
-	cs  []claimant
+	cs  []ruleset.Claimant
 	// snapped is set while a rebuild holds a claimSnap of the key.
 	snapped bool
 }
@@ -119,132 +118,17 @@ type claimSet struct {
 // claimant for none).
 type claimSnap struct {
 	set   *claimSet
-	first claimant
-}
-
-type claimant struct {
-	prio int
-	id   string
-	svc  state.ServiceName
-}
-
-// Change is an object before and after an Update; Old is nil for a new object and
-// New nil for a removed one.
-type Change[T any] struct {
-	Old, New T
-}
-
-// Delta is what an Update changed in the ruleset.
-type Delta struct {
-	Chains   map[string]Change[*Chain]
-	Sets     map[string]Change[*knftables.Set]
-	Maps     map[string]Change[*knftables.Map]
-	Elements map[string]map[string]Change[*knftables.Element]
-}
-
-// NewDelta returns an empty Delta.
-func NewDelta() *Delta {
-	return &Delta{
-		Chains:   map[string]Change[*Chain]{},
-		Sets:     map[string]Change[*knftables.Set]{},
-		Maps:     map[string]Change[*knftables.Map]{},
-		Elements: map[string]map[string]Change[*knftables.Element]{},
-	}
-}
-
-// Len returns the number of objects that changed.
-func (d *Delta) Len() int {
-	n := len(d.Chains) + len(d.Sets) + len(d.Maps)
-	for _, es := range d.Elements {
-		n += len(es)
-	}
-	return n
-}
-
-// Diff returns the Delta that turns old into desired (old may be nil, for an empty
-// table). It costs O(size of both).
-func Diff(old, desired *Ruleset) *Delta {
-	if old == nil {
-		old = New(desired.Family, desired.Table)
-	}
-	d := NewDelta()
-	diffMaps(old.Chains, desired.Chains, d.Chains, sameChain)
-	diffMaps(old.Sets, desired.Sets, d.Sets, sameSet)
-	diffMaps(old.Maps, desired.Maps, d.Maps, sameMap)
-	for _, c := range unionKeys(old.Elements, desired.Elements) {
-		m := map[string]Change[*knftables.Element]{}
-		diffMaps(old.Elements[c], desired.Elements[c], m, sameElement)
-		if len(m) > 0 {
-			d.Elements[c] = m
-		}
-	}
-	return d
-}
-
-func diffMaps[T comparable](old, desired map[string]T, out map[string]Change[T], same func(a, b T) bool) {
-	var zero T
-	for k, o := range old {
-		if n, ok := desired[k]; !ok {
-			out[k] = Change[T]{Old: o}
-		} else if !same(o, n) {
-			out[k] = Change[T]{Old: o, New: n}
-		}
-	}
-	for k, n := range desired {
-		if _, ok := old[k]; !ok {
-			out[k] = Change[T]{Old: zero, New: n}
-		}
-	}
-}
-
-func unionKeys[V any](a, b map[string]V) []string {
-	var out []string
-	for k := range a {
-		out = append(out, k)
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// sameChain, sameSet, sameMap and sameElement report whether two versions of an
-// object are deeply equal. They try the equal* functions of equal.go first, which
-// are exact when they say yes and far cheaper than reflection.
-// SameChain reports whether two versions of a chain are alike: definition and rules.
-func SameChain(a, b *Chain) bool { return sameChain(a, b) }
-
-// SameRule reports whether two rules are alike.
-func SameRule(a, b *knftables.Rule) bool { return equalRule(a, b) }
-
-func sameChain(a, b *Chain) bool {
-	if equalChain(a, b) {
-		return true
-	}
-	return reflect.DeepEqual(a.Chain, b.Chain) && slices.EqualFunc(a.Rules, b.Rules, func(x, y *knftables.Rule) bool {
-		return reflect.DeepEqual(x, y)
-	})
-}
-
-func sameSet(a, b *knftables.Set) bool { return equalSet(a, b) || reflect.DeepEqual(a, b) }
-
-func sameMap(a, b *knftables.Map) bool { return equalMap(a, b) || reflect.DeepEqual(a, b) }
-
-func sameElement(a, b *knftables.Element) bool {
-	return equalElement(a, b) || reflect.DeepEqual(a, b)
+	first ruleset.Claimant
 }
 
 // NewBuilder returns a Builder for one family (ip or ip6) with an empty ruleset.
 // cfg must already be defaulted and valid.
-func NewBuilder(cfg Config, family knftables.Family) *Builder {
-	checkFamily(family)
+func NewBuilder(cfg ruleset.Config, family knftables.Family) *Builder {
+	ruleset.CheckFamily(family)
 	return &Builder{
 		cfg:    cfg,
 		family: family,
-		rs:     New(family, cfg.Table),
+		rs:     ruleset.New(family, cfg.Table),
 		svcs:   map[state.ServiceName]*owner{},
 		chains: &objTable{kind: kindChain, entries: map[string]*entry{}},
 		sets:   &objTable{kind: kindSet, entries: map[string]*entry{}},
@@ -258,8 +142,8 @@ func NewBuilder(cfg Config, family knftables.Family) *Builder {
 // (all of them when changed is nil) and the node's objects, and returns the ruleset
 // and what changed. The Ruleset is the Builder's own: it stays valid, and changes,
 // with later Updates; callers must not modify it.
-func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*Ruleset, *Delta) {
-	if b.base == nil && changed == nil && b.firstBuild(st) {
+func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*ruleset.Ruleset, *Delta) {
+	if b.base == nil && changed == nil && b.populate(st) {
 		b.settleDispatch()
 		d := b.delta()
 		b.fresh = false
@@ -268,13 +152,13 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 	b.fresh = b.base == nil
 	b.touched = b.touched[:0]
 	b.dirty = map[state.ServiceName]bool{}
-	b.rs.Comment = TableComment
+	b.rs.Comment = ruleset.TableComment
 
 	b.node = st.Node
 	if b.base == nil {
 		b.base = &owner{}
 	}
-	b.replace(b.base, buildBase(b.cfg, b.family, st.Node))
+	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st.Node))
 
 	var names []state.ServiceName
 	if changed == nil {
@@ -293,7 +177,7 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 		}
 	}
 	for len(names) > 0 {
-		sortNames(names)
+		slices.SortFunc(names, ruleset.CompareServiceNames)
 		names = slices.Compact(names)
 		for _, n := range names {
 			b.rebuild(st, n)
@@ -318,18 +202,7 @@ func (b *Builder) settleDispatch() {
 	if b.dispatch == nil {
 		b.dispatch = &owner{}
 	}
-	b.replace(b.dispatch, dispatchChainsOf(b.rs))
-}
-
-func sortNames(ns []state.ServiceName) {
-	slices.SortFunc(ns, compareNames)
-}
-
-func compareNames(a, b state.ServiceName) int {
-	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Name, b.Name)
+	b.replace(b.dispatch, ruleset.DispatchChainsOf(b.rs))
 }
 
 // rebuild replaces the fragment of Service n by one built from st. Services whose
@@ -343,37 +216,37 @@ func (b *Builder) rebuild(st *state.ClusterState, n state.ServiceName) {
 	b.snaps = b.snaps[:0]
 	for _, set := range o.claims {
 		b.snapshot(set)
-		set.cs = slices.DeleteFunc(set.cs, func(c claimant) bool { return c.svc == n })
+		set.cs = slices.DeleteFunc(set.cs, func(c ruleset.Claimant) bool { return c.Service == n })
 	}
 	clear(o.claims)
 	o.claims = o.claims[:0]
-	var frag *Ruleset
+	var frag *ruleset.Ruleset
 	if svc := st.Services[n]; svc != nil {
-		frag = buildService(b.cfg, b.family, st, svc, func(key []string, id string, prio int) bool {
+		frag = ruleset.BuildService(b.cfg, b.family, st, svc, func(key []string, id string, prio int) bool {
 			return b.claim(o, n, key, id, prio)
 		})
 	}
 	if frag == nil {
 		for _, set := range o.claims {
-			set.cs = slices.DeleteFunc(set.cs, func(c claimant) bool { return c.svc == n })
+			set.cs = slices.DeleteFunc(set.cs, func(c ruleset.Claimant) bool { return c.Service == n })
 		}
 		o.claims = nil
 	}
 	for _, sn := range b.snaps {
 		set := sn.set
 		set.snapped = false
-		var now claimant
+		var now ruleset.Claimant
 		if len(set.cs) > 0 {
 			now = set.cs[0]
 		} else if b.claims[set.key] == set {
 			delete(b.claims, set.key)
 		}
-		if now.svc == sn.first.svc && now.id == sn.first.id {
+		if now.Service == sn.first.Service && now.ID == sn.first.ID {
 			continue
 		}
-		for _, c := range []claimant{sn.first, now} {
-			if c.svc != n && c.svc != (state.ServiceName{}) {
-				b.dirty[c.svc] = true
+		for _, c := range []ruleset.Claimant{sn.first, now} {
+			if c.Service != n && c.Service != (state.ServiceName{}) {
+				b.dirty[c.Service] = true
 			}
 		}
 	}
@@ -410,16 +283,17 @@ func (b *Builder) claim(o *owner, n state.ServiceName, key []string, id string, 
 		b.claims[set.key] = set
 	}
 	b.snapshot(set)
-	c := claimant{prio: prio, id: id, svc: n}
-	i, found := slices.BinarySearchFunc(set.cs, c, compareClaimants)
+	c := ruleset.Claimant{Prio: prio, ID: id, Service: n}
+	i, found := slices.BinarySearchFunc(set.cs, c, ruleset.CompareClaimants)
 	if !found {
 		set.cs = slices.Insert(set.cs, i, c)
 		o.claims = append(o.claims, set)
 	}
-	return set.cs[0].svc == n && set.cs[0].id == id
+	return set.cs[0].Service == n && set.cs[0].ID == id
 }
 
-// appendKey appends key spelt as ElementKey spells it, " . " between the fields.
+// appendKey appends key spelt as ruleset.ElementKey spells it, " . " between the
+// fields.
 func appendKey(buf []byte, key []string) []byte {
 	for i, k := range key {
 		if i > 0 {
@@ -430,25 +304,15 @@ func appendKey(buf []byte, key []string) []byte {
 	return buf
 }
 
-func compareClaimants(a, b claimant) int {
-	if a.prio != b.prio {
-		return a.prio - b.prio
-	}
-	if c := compareNames(a.svc, b.svc); c != 0 {
-		return c
-	}
-	return strings.Compare(a.id, b.id)
-}
-
 // replace makes frag (nil for none) the fragment of o: the objects of both its old
 // fragment and frag take o's new version, the others are owned or disowned.
-func (b *Builder) replace(o *owner, frag *Ruleset) {
+func (b *Builder) replace(o *owner, frag *ruleset.Ruleset) {
 	for _, e := range o.objs {
 		e.inOld = true
 	}
 	var objs []*entry
 	if frag != nil {
-		objs = make([]*entry, 0, frag.numDefs())
+		objs = make([]*entry, 0, numDefs(frag))
 		keep := func(t *objTable, name string, v any) {
 			e := t.entries[name]
 			if e == nil {
@@ -513,7 +377,7 @@ func (b *Builder) own(e *entry, o *owner, v any) {
 		b.setEffective(e)
 		return
 	}
-	if equalObj(e.val, v) {
+	if ruleset.EqualObjects(e.val, v) {
 		v = e.val // one copy of identical versions is enough
 	}
 	if e.more == nil {
@@ -535,12 +399,12 @@ func (b *Builder) own(e *entry, o *owner, v any) {
 // update makes v the version of e of o, which already owns it.
 func (b *Builder) update(e *entry, o *owner, v any) {
 	if e.first != o {
-		if p := e.more.find(o.name); p != nil && !equalObj(p.val, v) {
+		if p := e.more.find(o.name); p != nil && !ruleset.EqualObjects(p.val, v) {
 			p.val = v
 		}
 		return
 	}
-	if equalObj(e.val, v) {
+	if ruleset.EqualObjects(e.val, v) {
 		return
 	}
 	b.touch(e)
@@ -581,7 +445,7 @@ func (b *Builder) setEffective(e *entry) {
 		if e.first == nil {
 			delete(b.rs.Chains, e.name)
 		} else {
-			b.rs.Chains[e.name] = e.val.(*Chain)
+			b.rs.Chains[e.name] = e.val.(*ruleset.Chain)
 		}
 	case kindSet:
 		if e.first == nil {
@@ -633,23 +497,23 @@ func (b *Builder) delta() *Delta {
 		}
 		switch e.tab.kind {
 		case kindChain:
-			o, n := asPtr[Chain](old), asPtr[Chain](cur)
-			if o == nil || n == nil || !sameChain(o, n) {
-				d.Chains[e.name] = Change[*Chain]{o, n}
+			o, n := asPtr[ruleset.Chain](old), asPtr[ruleset.Chain](cur)
+			if o == nil || n == nil || !ruleset.SameChain(o, n) {
+				d.Chains[e.name] = Change[*ruleset.Chain]{o, n}
 			}
 		case kindSet:
 			o, n := asPtr[knftables.Set](old), asPtr[knftables.Set](cur)
-			if o == nil || n == nil || !sameSet(o, n) {
+			if o == nil || n == nil || !ruleset.SameSet(o, n) {
 				d.Sets[e.name] = Change[*knftables.Set]{o, n}
 			}
 		case kindMap:
 			o, n := asPtr[knftables.Map](old), asPtr[knftables.Map](cur)
-			if o == nil || n == nil || !sameMap(o, n) {
+			if o == nil || n == nil || !ruleset.SameMap(o, n) {
 				d.Maps[e.name] = Change[*knftables.Map]{o, n}
 			}
 		case kindElement:
 			o, n := asPtr[knftables.Element](old), asPtr[knftables.Element](cur)
-			if o == nil || n == nil || !sameElement(o, n) {
+			if o == nil || n == nil || !ruleset.SameElement(o, n) {
 				c := e.tab.name
 				if d.Elements[c] == nil {
 					d.Elements[c] = map[string]Change[*knftables.Element]{}
@@ -666,36 +530,11 @@ func (b *Builder) delta() *Delta {
 	return d
 }
 
-// wholeDelta returns the Delta that creates every object of r.
-func wholeDelta(r *Ruleset) *Delta {
-	d := &Delta{
-		Chains:   make(map[string]Change[*Chain], len(r.Chains)),
-		Sets:     make(map[string]Change[*knftables.Set], len(r.Sets)),
-		Maps:     make(map[string]Change[*knftables.Map], len(r.Maps)),
-		Elements: make(map[string]map[string]Change[*knftables.Element], len(r.Elements)),
+// numDefs returns the number of chains, sets, maps and elements of r (rules aside).
+func numDefs(r *ruleset.Ruleset) int {
+	n := len(r.Chains) + len(r.Sets) + len(r.Maps)
+	for _, es := range r.Elements {
+		n += len(es)
 	}
-	for n, c := range r.Chains {
-		d.Chains[n] = Change[*Chain]{New: c}
-	}
-	for n, s := range r.Sets {
-		d.Sets[n] = Change[*knftables.Set]{New: s}
-	}
-	for n, m := range r.Maps {
-		d.Maps[n] = Change[*knftables.Map]{New: m}
-	}
-	for c, es := range r.Elements {
-		m := make(map[string]Change[*knftables.Element], len(es))
-		for k, e := range es {
-			m[k] = Change[*knftables.Element]{New: e}
-		}
-		d.Elements[c] = m
-	}
-	return d
-}
-
-func asPtr[T any](v any) *T {
-	if v == nil {
-		return nil
-	}
-	return v.(*T)
+	return n
 }
