@@ -135,6 +135,10 @@ func (t *Type) Kind() Kind { return t.kind }
 // Width returns the number of bytes of a value of the type (0 for verdict).
 func (t *Type) Width() int { return t.width }
 
+// Bitmask reports whether values of the type are sets of bits (ct_state), which
+// an implicit match tests for any of.
+func (t *Type) Bitmask() bool { return t.bitmask }
+
 // String returns the type's nft name.
 func (t *Type) String() string { return t.name }
 
