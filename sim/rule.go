@@ -571,12 +571,13 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		protos := map[string]packet.Protocol{"tcp": packet.TCP, "udp": packet.UDP, "sctp": packet.SCTP, "th": 0}
-		if p := protos[t.text]; p != 0 {
+		// th is any transport header; the others name their protocol.
+		n, ok := nftdata.ProtocolNumber(t.text)
+		if ok {
 			// A transport header field implies "meta l4proto P".
-			rp.l4proto, rp.l4known = byte(p), true
+			rp.l4proto, rp.l4known = n, true
 		}
-		return &thField{proto: protos[t.text], field: f.text}, nil
+		return &thField{proto: packet.Protocol(n), field: f.text}, nil
 	case "meta":
 		k := rp.next()
 		if k.kind == tWord {
