@@ -22,7 +22,8 @@ type FieldError struct {
 	Field int
 	// Type is the field's data type.
 	Type *Type
-	Err  error
+	// Err is what is wrong with the field's value.
+	Err error
 }
 
 // Error names the field by its position (from 1) and type.

@@ -292,7 +292,7 @@ func (t *Type) FormatRange(lo, hi []byte) string {
 		return t.Format(lo)
 	}
 	if t.kind == KindIPv4 || t.kind == KindIPv6 {
-		if bits, ok := PrefixLen(lo, hi); ok {
+		if bits, ok := prefixLen(lo, hi); ok {
 			return t.Format(lo) + "/" + strconv.Itoa(bits)
 		}
 	}
@@ -306,9 +306,9 @@ func (t *Type) FormatRange(lo, hi []byte) string {
 	return t.Format(lo) + "-" + t.Format(hi)
 }
 
-// PrefixLen returns the length of the prefix whose first and last values are lo and
+// prefixLen returns the length of the prefix whose first and last values are lo and
 // hi, and false when lo-hi is not a prefix.
-func PrefixLen(lo, hi []byte) (int, bool) {
+func prefixLen(lo, hi []byte) (int, bool) {
 	bit := func(b []byte, i int) byte { return b[i/8] & (0x80 >> (i % 8)) }
 	i := 0
 	for i < len(lo)*8 && bit(lo, i) == bit(hi, i) {
