@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/nftproxy/nftproxy/nftdata"
 )
 
 // Family is the IP version of a packet: 4 or 6.
@@ -39,29 +41,36 @@ const (
 	ICMPv6 Protocol = 58
 )
 
-var protocolNames = map[Protocol]string{
-	TCP:    "tcp",
-	UDP:    "udp",
-	SCTP:   "sctp",
-	ICMP:   "icmp",
-	ICMPv6: "icmpv6",
-}
-
-// String returns the protocol's text name (tcp, udp, sctp, icmp, icmpv6), or its number.
+// String returns the protocol's text name (tcp, udp, sctp, icmp, icmpv6), or its number
+// for a protocol a Packet cannot carry. ICMPv6 is named by the keyword nft rules match
+// its header with (icmpv6 type), where nft lists the number itself as ipv6-icmp.
 func (p Protocol) String() string {
-	if s, ok := protocolNames[p]; ok {
-		return s
+	switch {
+	case p == ICMPv6:
+		return "icmpv6"
+	case p.carried():
+		return nftdata.ProtocolName(uint8(p))
 	}
 	return strconv.Itoa(int(p))
+}
+
+// carried reports whether a Packet can carry protocol p.
+func (p Protocol) carried() bool {
+	switch p {
+	case TCP, UDP, SCTP, ICMP, ICMPv6:
+		return true
+	}
+	return false
 }
 
 // HasPorts reports whether the protocol's header carries source and destination ports.
 func (p Protocol) HasPorts() bool { return p == TCP || p == UDP || p == SCTP }
 
-// ParseProtocol returns the Protocol named s (tcp, udp, sctp, icmp, icmpv6).
+// ParseProtocol returns the Protocol named s (tcp, udp, sctp, icmp, icmpv6; or a name
+// nft gives one of them, such as ipv6-icmp).
 func ParseProtocol(s string) (Protocol, error) {
-	for p, name := range protocolNames {
-		if name == s {
+	if n, ok := nftdata.ProtocolNumber(s); ok {
+		if p := Protocol(n); p.carried() {
 			return p, nil
 		}
 	}
@@ -146,7 +155,7 @@ func (p Packet) Validate() error {
 	if src.Is4() != dst.Is4() {
 		return fmt.Errorf("source %s and destination %s are of different families", src, dst)
 	}
-	if _, ok := protocolNames[p.Protocol]; !ok {
+	if !p.Protocol.carried() {
 		return fmt.Errorf("unknown protocol %d", p.Protocol)
 	}
 	if p.Protocol == ICMP && !src.Is4() {

@@ -75,8 +75,9 @@ type Config struct {
 	NewNFT NewNFTFunc
 	// Netlink, when set, makes the syncers write set and map elements as netlink
 	// batches (syncer.WithNetlink) through the transport it returns for each
-	// family's table: KernelNetlink with DefaultNewNFT, syncer.FakeNetlink of the
-	// same Fake with a Fake. Nil writes everything through NewNFT's nft.
+	// family's table: KernelNetlink with DefaultNewNFT, syncer.DecodedNetlink of
+	// the same Interface with an in-memory one. Nil writes everything through
+	// NewNFT's nft.
 	Netlink NetlinkFunc
 	// Metrics receives the proxier's metrics (default a new, unserved set).
 	Metrics *metrics.Metrics

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nftproxy/nftproxy/nftdata"
 	"github.com/nftproxy/nftproxy/packet"
 )
 
@@ -631,7 +632,7 @@ func (c *evalCtx) runNAT(e hookEntry) (*verdict, Step) {
 	}
 	if !st.hasConn() {
 		if len(e.nat) > 0 {
-			c.step(Step{Kind: StepNAT, Depth: 1, Rule: -1, Detail: "nat chains skipped: no conntrack entry (" + strings.TrimSpace(formatValue(tCTState, be32(st.ctStateBits()))) + ")"})
+			c.step(Step{Kind: StepNAT, Depth: 1, Rule: -1, Detail: "nat chains skipped: no conntrack entry (" + strings.TrimSpace(nftdata.CTState.Format(be32(st.ctStateBits()))) + ")"})
 		}
 		return nil, Step{}
 	}

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/nftproxy/nftproxy/nftdata"
 	"github.com/nftproxy/nftproxy/packet"
 )
 
@@ -27,12 +28,12 @@ type ipField struct {
 func (e *ipField) typ() fieldTypes {
 	switch e.field {
 	case "protocol", "nexthdr":
-		return fieldTypes{tInetProto}
+		return fieldTypes{nftdata.InetProto}
 	}
 	if e.fam == packet.IPv4 {
-		return fieldTypes{tIPv4}
+		return fieldTypes{nftdata.IPv4Addr}
 	}
-	return fieldTypes{tIPv6}
+	return fieldTypes{nftdata.IPv6Addr}
 }
 
 func (e *ipField) String() string {
@@ -71,7 +72,7 @@ type thField struct {
 	field string          // sport, dport
 }
 
-func (e *thField) typ() fieldTypes { return fieldTypes{tInetService} }
+func (e *thField) typ() fieldTypes { return fieldTypes{nftdata.InetService} }
 
 func (e *thField) String() string {
 	if e.proto == 0 {
@@ -99,10 +100,10 @@ func (e *thField) eval(c *evalCtx, b []byte) ([]byte, bool) {
 // metaExpr is a meta key.
 type metaExpr struct{ key string }
 
-var metaTypes = map[string]*dtype{
-	"l4proto": tInetProto, "nfproto": tNFProto, "protocol": tEtherType, "mark": tMark,
-	"iif": tIfaceIndex, "iifname": tIfname, "oif": tIfaceIndex, "oifname": tIfname,
-	"nftrace": {name: "integer", kind: kInt, width: 1},
+var metaTypes = map[string]*nftdata.Type{
+	"l4proto": nftdata.InetProto, "nfproto": nftdata.NFProto, "protocol": nftdata.EtherType, "mark": nftdata.Mark,
+	"iif": nftdata.IfaceIndex, "iifname": nftdata.Ifname, "oif": nftdata.IfaceIndex, "oifname": nftdata.Ifname,
+	"nftrace": nftdata.Integer8,
 }
 
 func (e *metaExpr) typ() fieldTypes { return fieldTypes{metaTypes[e.key]} }
@@ -152,7 +153,7 @@ type ctExpr struct {
 	key  string        // state, status, mark, direction, l3proto, protocol, saddr, daddr, proto-src, proto-dst
 	dir  string        // "", original, reply
 	fam  packet.Family // for saddr/daddr
-	vtyp *dtype        // value type
+	vtyp *nftdata.Type // value type
 }
 
 func (e *ctExpr) typ() fieldTypes { return fieldTypes{e.vtyp} }
@@ -230,7 +231,7 @@ type numgenExpr struct {
 	site   string // identifies this expression for inc counters, stable across reloads
 }
 
-func (e *numgenExpr) typ() fieldTypes { return fieldTypes{tInteger32} }
+func (e *numgenExpr) typ() fieldTypes { return fieldTypes{nftdata.Integer32} }
 
 func (e *numgenExpr) String() string {
 	s := "numgen inc mod " + strconv.FormatUint(uint64(e.mod), 10)
@@ -260,7 +261,7 @@ type fibExpr struct {
 	extra string // "", ". iif", ". oif", ". mark" (accepted, no effect: the node has one table)
 }
 
-func (e *fibExpr) typ() fieldTypes { return fieldTypes{tFibAddrType} }
+func (e *fibExpr) typ() fieldTypes { return fieldTypes{nftdata.FibAddrType} }
 func (e *fibExpr) String() string  { return "fib " + e.addr + e.extra + " type" }
 
 func (e *fibExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
@@ -333,9 +334,9 @@ func (e *binopExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 			v[i] ^= e.arg[i]
 		}
 	case "<<":
-		putUint(v, getUint(v)<<e.sh)
+		nftdata.PutUint(v, nftdata.Uint(v)<<e.sh)
 	case ">>":
-		putUint(v, getUint(v)>>e.sh)
+		nftdata.PutUint(v, nftdata.Uint(v)>>e.sh)
 	}
 	return b, true
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/nftdata"
 )
 
 // parser reads nft syntax: both the command form that knftables.Fake.Dump and
@@ -665,7 +667,7 @@ func (p *parser) typeList(tab *table, kw token, toks []token, data bool) (fieldT
 		if !data {
 			return nil, p.errTok(toks[0], "verdict is not a key type")
 		}
-		return fieldTypes{tVerdictType}, nil
+		return fieldTypes{nftdata.VerdictType}, nil
 	}
 	if kw.text == "typeof" {
 		rp := &ruleParser{p: p, tab: tab, toks: toks}
@@ -687,8 +689,8 @@ func (p *parser) typeList(tab *table, kw token, toks []token, data bool) (fieldT
 			}
 			continue
 		}
-		dt, ok := typesByName[t.text]
-		if !ok || t.kind != tWord || dt == tVerdictType {
+		dt, ok := nftdata.TypeByName(t.text)
+		if !ok || t.kind != tWord || dt == nftdata.VerdictType {
 			return nil, p.errTok(t, "unsupported data type %q", t.text)
 		}
 		ft = append(ft, dt)

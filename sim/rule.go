@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nftproxy/nftproxy/nftdata"
 	"github.com/nftproxy/nftproxy/packet"
 )
 
@@ -182,7 +183,7 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 			rp.next()
 			rp.next()
 			rp.next()
-			val, err := rp.parseValue(fieldTypes{tMark})
+			val, err := rp.parseValue(fieldTypes{nftdata.Mark})
 			if err != nil {
 				return nil, err
 			}
@@ -295,7 +296,7 @@ func (rp *ruleParser) parseMetaSet(start int) (stmt, error) {
 		}
 		return &noopStmt{txt: rp.textFrom(start), nftrace: v.text == "1"}, nil
 	}
-	val, err := rp.parseValue(fieldTypes{tMark})
+	val, err := rp.parseValue(fieldTypes{nftdata.Mark})
 	if err != nil {
 		return nil, err
 	}
@@ -374,7 +375,7 @@ func (rp *ruleParser) parseMapRef(kw token, key expr, data fieldTypes, verdicts 
 		if !key.typ().compatible(s.key) {
 			return nil, errAt(t, "datatype mismatch: %s has key %s, expression has %s", t.text, s.key, key.typ())
 		}
-		isVerdict := len(s.data) == 1 && s.data[0] == tVerdictType
+		isVerdict := len(s.data) == 1 && s.data[0] == nftdata.VerdictType
 		if verdicts != isVerdict {
 			if verdicts {
 				return nil, errAt(t, "%s is not a verdict map", t.text)
@@ -387,7 +388,7 @@ func (rp *ruleParser) parseMapRef(kw token, key expr, data fieldTypes, verdicts 
 		return nil, errAt(t, "expected @map or { ... } after %s, found %s", kw.text, t.show())
 	}
 	if verdicts {
-		data = fieldTypes{tVerdictType}
+		data = fieldTypes{nftdata.VerdictType}
 	}
 	if data == nil {
 		return nil, errAt(t, "cannot infer the data type of this anonymous map")
@@ -506,21 +507,21 @@ func (rp *ruleParser) parseBinop() (expr, error) {
 		}
 		rp.next()
 		ft := x.typ()
-		if len(ft) != 1 || (ft[0].kind != kInt && !((op == "&" || op == "|" || op == "^") && (ft[0].kind == kAddr4 || ft[0].kind == kAddr6))) {
+		if len(ft) != 1 || (ft[0].Kind() != nftdata.KindInteger && !((op == "&" || op == "|" || op == "^") && (ft[0].Kind() == nftdata.KindIPv4 || ft[0].Kind() == nftdata.KindIPv6))) {
 			return nil, errAt(t, "bitwise %s needs an integer expression, %s is %s", t.text, x, ft)
 		}
 		at := rp.next()
 		b := &binopExpr{op: op, x: x, txt: at.text}
 		if op == "<<" || op == ">>" {
 			n, err := strconv.ParseUint(at.text, 0, 8)
-			if err != nil || int(n) >= 8*ft[0].width {
+			if err != nil || int(n) >= 8*ft[0].Width() {
 				return nil, errAt(at, "bad shift %s", at.show())
 			}
 			b.sh = uint(n)
 		} else {
-			v, ok := parseScalar(ft[0], at.text)
-			if !ok || at.kind != tWord {
-				return nil, errAt(at, "bad %s operand %s", ft[0].name, at.show())
+			v, err := ft[0].Parse(at.text)
+			if err != nil || at.kind != tWord {
+				return nil, errAt(at, "bad %s operand %s", ft[0].Name(), at.show())
 			}
 			b.arg = v
 		}
@@ -570,12 +571,13 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 		if err != nil {
 			return nil, err
 		}
-		protos := map[string]packet.Protocol{"tcp": packet.TCP, "udp": packet.UDP, "sctp": packet.SCTP, "th": 0}
-		if p := protos[t.text]; p != 0 {
+		// th is any transport header; the others name their protocol.
+		n, ok := nftdata.ProtocolNumber(t.text)
+		if ok {
 			// A transport header field implies "meta l4proto P".
-			rp.l4proto, rp.l4known = byte(p), true
+			rp.l4proto, rp.l4known = n, true
 		}
-		return &thField{proto: protos[t.text], field: f.text}, nil
+		return &thField{proto: packet.Protocol(n), field: f.text}, nil
 	case "meta":
 		k := rp.next()
 		if k.kind == tWord {
@@ -625,22 +627,22 @@ func (rp *ruleParser) parseCT(ct token) (expr, error) {
 	e.key = k.text
 	switch k.text {
 	case "state":
-		e.vtyp = tCTState
+		e.vtyp = nftdata.CTState
 	case "status":
-		e.vtyp = tCTStatus
+		e.vtyp = nftdata.CTStatus
 	case "mark":
-		e.vtyp = tMark
+		e.vtyp = nftdata.Mark
 	case "direction":
-		e.vtyp = tCTDir
+		e.vtyp = nftdata.CTDir
 	case "l3proto":
-		e.vtyp = tNFProto
+		e.vtyp = nftdata.NFProto
 	case "protocol":
-		e.vtyp = tInetProto
+		e.vtyp = nftdata.InetProto
 	case "proto-src", "proto-dst":
 		if err := rp.checkPortContext(ct, e); err != nil {
 			return nil, err
 		}
-		e.vtyp = tInetService
+		e.vtyp = nftdata.InetService
 	case "saddr", "daddr":
 		if e.dir == "" {
 			return nil, errAt(k, "ct %s needs a direction (original or reply)", k.text)
@@ -655,9 +657,9 @@ func (rp *ruleParser) parseCT(ct token) (expr, error) {
 				return nil, errAt(k, "ct %s %s in an inet table needs ip or ip6", e.dir, k.text)
 			}
 		}
-		e.vtyp = tIPv4
+		e.vtyp = nftdata.IPv4Addr
 		if e.fam == packet.IPv6 {
-			e.vtyp = tIPv6
+			e.vtyp = nftdata.IPv6Addr
 		}
 	default:
 		return nil, errAt(k, "unsupported ct key %q", k.text)
@@ -682,7 +684,7 @@ func (rp *ruleParser) checkPortContext(ct token, e *ctExpr) error {
 		return nil
 	}
 	if rp.l4known {
-		name := formatValue(tInetProto, []byte{rp.l4proto})
+		name := nftdata.InetProto.Format([]byte{rp.l4proto})
 		if !portProtos[name] {
 			return errAt(ct, "%s: protocol %s has no ports", e, name)
 		}
@@ -833,7 +835,7 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		s.build()
 		m.set = s
 	default:
-		if ft[0].kind == kVerdict {
+		if ft[0].Kind() == nftdata.KindVerdict {
 			return nil, errAt(r, "cannot compare a verdict")
 		}
 		vt := rp.next()
@@ -841,7 +843,7 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ft[0].bitmask {
+		if ft[0].Bitmask() {
 			for rp.peek().kind == tComma {
 				rp.next()
 				nt := rp.next()
@@ -929,14 +931,14 @@ func (rp *ruleParser) parseNat() (stmt, error) {
 		if pt.kind != tWord || !strings.HasPrefix(pt.text, ":") {
 			return nil, errAt(pt, "expected :PORT after %s to, found %s", kw.text, pt.show())
 		}
-		lo, hi, err := parseConst(tInetService, token{kind: tWord, text: pt.text[1:], off: pt.off + 1, line: pt.line, col: pt.col + 1})
+		lo, hi, err := parseConst(nftdata.InetService, token{kind: tWord, text: pt.text[1:], off: pt.off + 1, line: pt.line, col: pt.col + 1})
 		if err != nil {
 			return nil, err
 		}
 		if string(lo) != string(hi) {
 			return nil, errAt(pt, "port ranges are not supported")
 		}
-		s.port = &constExpr{val: lo, types: fieldTypes{tInetService}}
+		s.port = &constExpr{val: lo, types: fieldTypes{nftdata.InetService}}
 	}
 	for {
 		t := rp.peek()
@@ -957,11 +959,11 @@ func (rp *ruleParser) parseNat() (stmt, error) {
 // parseNatTarget reads the target after "dnat|snat [ip|ip6] to".
 func (rp *ruleParser) parseNatTarget(s *natStmt, fam *packet.Family) error {
 	t := rp.peek()
-	addrType := func(f packet.Family) *dtype {
+	addrType := func(f packet.Family) *nftdata.Type {
 		if f == packet.IPv6 {
-			return tIPv6
+			return nftdata.IPv6Addr
 		}
-		return tIPv4
+		return nftdata.IPv4Addr
 	}
 	if t.kind == tWord && isExprKeyword(t.text) {
 		start := rp.i
@@ -984,7 +986,7 @@ func (rp *ruleParser) parseNatTarget(s *natStmt, fam *packet.Family) error {
 				if rp.toks[j].kind == tColon {
 					for k := j + 1; k < len(rp.toks) && rp.toks[k].kind != tComma && rp.toks[k].kind != tRBrace; k++ {
 						if rp.toks[k].kind == tWord && rp.toks[k].text == "." {
-							want = append(want, tInetService)
+							want = append(want, nftdata.InetService)
 							break
 						}
 					}
@@ -998,18 +1000,18 @@ func (rp *ruleParser) parseNatTarget(s *natStmt, fam *packet.Family) error {
 		}
 		data := me.typ()
 		switch {
-		case len(data) == 1 && (data[0].kind == kAddr4 || data[0].kind == kAddr6):
-		case len(data) == 2 && (data[0].kind == kAddr4 || data[0].kind == kAddr6) && data[1].width == 2:
+		case len(data) == 1 && (data[0].Kind() == nftdata.KindIPv4 || data[0].Kind() == nftdata.KindIPv6):
+		case len(data) == 2 && (data[0].Kind() == nftdata.KindIPv4 || data[0].Kind() == nftdata.KindIPv6) && data[1].Width() == 2:
 			s.addrPort = true
 		default:
 			return errAt(t, "map data %s is not an address or address . port", data)
 		}
 		if *fam == 0 {
 			*fam = packet.IPv4
-			if data[0].kind == kAddr6 {
+			if data[0].Kind() == nftdata.KindIPv6 {
 				*fam = packet.IPv6
 			}
-		} else if addrType(*fam).kind != data[0].kind {
+		} else if addrType(*fam).Kind() != data[0].Kind() {
 			return errAt(t, "map data %s is not of the statement's family", data)
 		}
 		s.addr = me
@@ -1054,18 +1056,18 @@ func (rp *ruleParser) parseNatTarget(s *natStmt, fam *packet.Family) error {
 		if *fam == 0 {
 			*fam = f
 		}
-		v, ok := parseScalar(addrType(*fam), addrText)
-		if !ok {
-			return errAt(t, "bad %s address %q", addrType(*fam).name, addrText)
+		v, err := addrType(*fam).Parse(addrText)
+		if err != nil {
+			return errAt(t, "bad %s address %q", addrType(*fam).Name(), addrText)
 		}
 		s.addr = &constExpr{val: v, types: fieldTypes{addrType(*fam)}}
 	}
 	if portText != "" {
-		v, ok := parseScalar(tInetService, portText)
-		if !ok {
+		v, err := nftdata.InetService.Parse(portText)
+		if err != nil {
 			return errAt(t, "bad port %q (port ranges are not supported)", portText)
 		}
-		s.port = &constExpr{val: v, types: fieldTypes{tInetService}}
+		s.port = &constExpr{val: v, types: fieldTypes{nftdata.InetService}}
 	}
 	return nil
 }
@@ -1086,7 +1088,7 @@ func (rp *ruleParser) parseSetUpdate() (stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.isMap && len(s.data) == 1 && s.data[0] == tVerdictType {
+	if s.isMap && len(s.data) == 1 && s.data[0] == nftdata.VerdictType {
 		return nil, errAt(st, "%s is a verdict map; verdict maps cannot be updated from the packet path", st.text)
 	}
 	if o := rp.next(); o.kind != tLBrace {
@@ -1258,7 +1260,7 @@ func (ep *elemParser) parse() (elemSpec, error) {
 	if ep.i == 0 || ep.toks[ep.i-1].kind != tColon {
 		return e, ep.fail(errAt(ep.next(), "map element needs \": DATA\""))
 	}
-	if len(s.data) == 1 && s.data[0] == tVerdictType {
+	if len(s.data) == 1 && s.data[0] == nftdata.VerdictType {
 		t := ep.next()
 		kinds := map[string]verdictKind{"accept": vAccept, "drop": vDrop, "continue": vContinue, "return": vReturn}
 		switch {

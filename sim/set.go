@@ -18,7 +18,7 @@ type setDef struct {
 	name     string // "" for anonymous sets
 	table    *table
 	key      fieldTypes
-	data     fieldTypes // nil for sets; {tVerdictType} for verdict maps
+	data     fieldTypes // nil for sets; {nftdata.VerdictType} for verdict maps
 	isMap    bool
 	interval bool
 	timeout  time.Duration // default element timeout (0: none)
@@ -184,8 +184,8 @@ func (s *setDef) elemText(i int32) string {
 		if f > 0 {
 			b.WriteString(" . ")
 		}
-		b.WriteString(formatRange(t, lo[off:off+t.width], hi[off:off+t.width]))
-		off += t.width
+		b.WriteString(t.FormatRange(lo[off:off+t.Width()], hi[off:off+t.Width()]))
+		off += t.Width()
 	}
 	if c := s.commentOf(e); c != "" {
 		b.WriteString(" comment " + strconv.Quote(c))
@@ -233,7 +233,7 @@ func newSetIndex(s *setDef) *setIndex {
 	off := 0
 	for _, t := range s.key {
 		ix.offs = append(ix.offs, off)
-		off += t.width
+		off += t.Width()
 	}
 	var ranged []int32
 	exact := 0
@@ -289,7 +289,7 @@ func (ix *setIndex) findExact(key []byte) int32 {
 }
 
 func (ix *setIndex) field(b []byte, f int) []byte {
-	return b[ix.offs[f] : ix.offs[f]+ix.s.key[f].width]
+	return b[ix.offs[f] : ix.offs[f]+ix.s.key[f].Width()]
 }
 
 // buildNode builds the index of members (element indices, ascending) by field f.

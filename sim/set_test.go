@@ -4,17 +4,19 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/nftproxy/nftproxy/nftdata"
 )
 
 // TestSetIndexMatchesLinearScan compares the set index with a linear scan on random
 // sets of exact and ranged elements over a two-field concatenation, overlaps included.
 func TestSetIndexMatchesLinearScan(t *testing.T) {
-	key := fieldTypes{tIPv4, tInetService}
+	key := fieldTypes{nftdata.IPv4Addr, nftdata.InetService}
 	rng := rand.New(rand.NewPCG(1, 2))
 	field := func(width int, lo, hi uint64) ([]byte, []byte) {
 		a, b := make([]byte, width), make([]byte, width)
-		putUint(a, lo)
-		putUint(b, hi)
+		nftdata.PutUint(a, lo)
+		nftdata.PutUint(b, hi)
 		return a, b
 	}
 	for round := 0; round < 200; round++ {
@@ -69,7 +71,7 @@ func elemTexts(s *setDef) []string {
 }
 
 func TestSetIndexWrongWidth(t *testing.T) {
-	s := &setDef{key: fieldTypes{tIPv4}}
+	s := &setDef{key: fieldTypes{nftdata.IPv4Addr}}
 	s.addElem(elemSpec{lo: []byte{1, 2, 3, 4}, hi: []byte{1, 2, 3, 4}})
 	s.build()
 	if s.idx.lookup([]byte{1, 2, 3}) != -1 || s.idx.lookup([]byte{1, 2, 3, 4}) != 0 {
@@ -79,35 +81,35 @@ func TestSetIndexWrongWidth(t *testing.T) {
 
 func TestPrefixAndRangeFormatting(t *testing.T) {
 	tests := []struct {
-		t    *dtype
+		t    *nftdata.Type
 		in   string
 		want string
 	}{
-		{tIPv4, "10.0.0.0/8", "10.0.0.0/8"},
-		{tIPv4, "10.1.2.3/8", "10.0.0.0/8"},
-		{tIPv4, "10.0.0.1-10.0.0.9", "10.0.0.1-10.0.0.9"},
-		{tIPv6, "fd00::/64", "fd00::/64"},
-		{tInetService, "80-90", "80-90"},
-		{tIfname, "veth*", `"veth*"`},
-		{tIfname, "eth0", `"eth0"`},
-		{tInetProto, "6", "tcp"},
-		{tInetProto, "ipv6-icmp", "ipv6-icmp"},
-		{tMark, "16", "0x00000010"},
-		{tCTState, "established", "established"},
-		{tCTStatus, "48", "snat,dnat"},
+		{nftdata.IPv4Addr, "10.0.0.0/8", "10.0.0.0/8"},
+		{nftdata.IPv4Addr, "10.1.2.3/8", "10.0.0.0/8"},
+		{nftdata.IPv4Addr, "10.0.0.1-10.0.0.9", "10.0.0.1-10.0.0.9"},
+		{nftdata.IPv6Addr, "fd00::/64", "fd00::/64"},
+		{nftdata.InetService, "80-90", "80-90"},
+		{nftdata.Ifname, "veth*", `"veth*"`},
+		{nftdata.Ifname, "eth0", `"eth0"`},
+		{nftdata.InetProto, "6", "tcp"},
+		{nftdata.InetProto, "ipv6-icmp", "ipv6-icmp"},
+		{nftdata.Mark, "16", "0x00000010"},
+		{nftdata.CTState, "established", "established"},
+		{nftdata.CTStatus, "48", "snat,dnat"},
 	}
 	for _, tt := range tests {
 		lo, hi, err := parseConst(tt.t, token{kind: tWord, text: tt.in})
 		if err != nil {
-			t.Errorf("%s %q: %v", tt.t.name, tt.in, err)
+			t.Errorf("%s %q: %v", tt.t.Name(), tt.in, err)
 			continue
 		}
-		if got := formatRange(tt.t, lo, hi); got != tt.want {
-			t.Errorf("%s %q formats as %q, want %q", tt.t.name, tt.in, got, tt.want)
+		if got := tt.t.FormatRange(lo, hi); got != tt.want {
+			t.Errorf("%s %q formats as %q, want %q", tt.t.Name(), tt.in, got, tt.want)
 		}
 	}
 	for _, bad := range []string{"10.0.0.0/33", "10.0.0.9-10.0.0.1", "fd00::1", "1.2.3", ""} {
-		if _, _, err := parseConst(tIPv4, token{kind: tWord, text: bad}); err == nil {
+		if _, _, err := parseConst(nftdata.IPv4Addr, token{kind: tWord, text: bad}); err == nil {
 			t.Errorf("ipv4_addr %q parsed", bad)
 		}
 	}

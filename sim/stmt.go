@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/nftproxy/nftproxy/nftdata"
 	"github.com/nftproxy/nftproxy/packet"
 )
 
@@ -222,7 +223,7 @@ func (s *setMetaStmt) exec(c *evalCtx) (result, *verdict) {
 	if !ok {
 		return rBreak, nil
 	}
-	m := uint32(getUint(v))
+	m := uint32(nftdata.Uint(v))
 	switch s.target {
 	case "mark":
 		c.st.mark = m
@@ -289,7 +290,7 @@ func (s *natStmt) exec(c *evalCtx) (result, *verdict) {
 		if !ok {
 			return rBreak, nil
 		}
-		port = uint16(getUint(v))
+		port = uint16(nftdata.Uint(v))
 		hasPort = true
 	}
 	return c.natSetup(s, addr, port, hasPort)

@@ -112,14 +112,26 @@ func fullOps(rs *ruleset.Ruleset, conts []*container) []elementOps {
 // builds slices of attributes per element, and mdlayher/netlink copies the
 // messages again into a growing buffer, which took 1.9 s and 1.1 s for the same
 // 746k elements.
-func writeElements(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps, t Transport) error {
+func writeElements(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps, t Transport, lookup definitions) error {
+	f, ack, _, err := frameElements(rs, ops)
+	if err != nil || f == nil {
+		return err
+	}
+	return t.send(ctx, f, ack, lookup)
+}
+
+// frameElements encodes ops for the table of rs and frames them as one nf_tables
+// batch: it returns the frame (nil when ops hold no message), the sequence number
+// of its last message, whose acknowledgement ends the batch, and the number of
+// elements deleted and added. It is writeElements without the sending, a seam
+// for the tests that decode what is sent (decode.go).
+func frameElements(rs *ruleset.Ruleset, ops []elementOps) (f *frame, ack uint32, n int, err error) {
 	family := byte(unix.NFPROTO_IPV4)
 	if rs.Family == knftables.IPv6Family {
 		family = unix.NFPROTO_IPV6
 	}
 	parts := make([]*batch, len(ops))
 	errs := make([]error, len(ops))
-	n := 0
 	for _, op := range ops {
 		n += op.n
 	}
@@ -144,13 +156,13 @@ func writeElements(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps, t
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return err
+		return nil, 0, n, err
 	}
 	// The parts go as they are, one iovec each of one sendmsg, numbered in place.
 	begin, end := &batch{}, &batch{}
 	begin.control(unix.NFNL_MSG_BATCH_BEGIN)
 	end.control(unix.NFNL_MSG_BATCH_END)
-	f := &frame{bufs: [][]byte{begin.b}, names: []string{""}}
+	f = &frame{bufs: [][]byte{begin.b}, names: []string{""}}
 	binary.NativeEndian.PutUint32(begin.b[8:], 1)
 	var last []byte
 	for _, p := range parts {
@@ -164,17 +176,17 @@ func writeElements(ctx context.Context, rs *ruleset.Ruleset, ops []elementOps, t
 		f.bufs = append(f.bufs, p.b)
 	}
 	if last == nil {
-		return nil
+		return nil, 0, 0, nil
 	}
 	// The last message asks for an acknowledgement: the kernel sends it once the
 	// batch is committed, after the error of any message that failed (which aborts
 	// the whole batch).
 	binary.NativeEndian.PutUint16(last[6:], binary.NativeEndian.Uint16(last[6:])|unix.NLM_F_ACK)
-	ack := binary.NativeEndian.Uint32(last[8:])
+	ack = binary.NativeEndian.Uint32(last[8:])
 	f.names = append(f.names, "")
 	binary.NativeEndian.PutUint32(end.b[8:], uint32(len(f.names)))
 	f.bufs = append(f.bufs, end.b)
-	return t.send(ctx, f, ack, ops)
+	return f, ack, n, nil
 }
 
 // frame is a whole nf_tables batch: its buffers, sent as the iovecs of one

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/nftdata"
 	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
@@ -39,11 +40,11 @@ func TestLayoutEncode(t *testing.T) {
 		{"ipv4_addr . inet_service", []string{"10.1.0.5", "8443"}, "0a010005" + "20fb0000"},
 		{"ipv6_addr . ipv6_addr", []string{"fd00::1", "fd00::1"}, "fd000000000000000000000000000001" + "fd000000000000000000000000000001"},
 	} {
-		l, err := parseLayout(tc.typ)
+		l, err := nftdata.ParseLayout(tc.typ)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.typ, err)
 		}
-		b, err := l.encode(nil, tc.fields)
+		b, err := l.Encode(nil, tc.fields)
 		if err != nil {
 			t.Fatalf("%s %q: %v", tc.typ, tc.fields, err)
 		}
@@ -66,19 +67,19 @@ func TestEncodeErrors(t *testing.T) {
 		want string
 	}{
 		{knftables.Element{Key: []string{"10.0.0.300", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}},
-			`element "10.0.0.300 . tcp . 80" of backends-0: key: field "10.0.0.300": not an IPv4 address`},
+			`element "10.0.0.300 . tcp . 80" of backends-0: key: field 1 (ipv4_addr): bad ipv4_addr value "10.0.0.300"`},
 		{knftables.Element{Key: []string{"fd00::1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}},
-			`element "fd00::1 . tcp . 80" of backends-0: key: field "fd00::1": not an IPv4 address`},
+			`element "fd00::1 . tcp . 80" of backends-0: key: field 1 (ipv4_addr): bad ipv4_addr value "fd00::1"`},
 		{knftables.Element{Key: []string{"10.0.0.1", "tpc", "80"}, Value: []string{"10.1.0.1", "80"}},
-			`key: field "tpc": not a protocol`},
+			`key: field 2 (inet_proto): bad inet_proto value "tpc"`},
 		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80-90"}, Value: []string{"10.1.0.1", "80"}},
-			`key: field "80-90": not a port number`},
+			`key: field 3 (inet_service): bad inet_service value "80-90"`},
 		{knftables.Element{Key: []string{"10.0.0.1", "tcp"}, Value: []string{"10.1.0.1", "80"}},
-			`key: 2 fields where the type has 3`},
+			`key: 2 fields where the type ipv4_addr . inet_proto . inet_service has 3`},
 		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}},
 			`a value is needed exactly for map elements`},
-		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "http"}},
-			`value: field "http": not a port number`},
+		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "65536"}},
+			`value: field 2 (inet_service): bad inet_service value "65536"`},
 		{knftables.Element{Key: []string{"10.0.0.1", "tcp", "80"}, Value: []string{"10.1.0.1", "80"}, Comment: knftables.PtrTo(strings.Repeat("x", 255))},
 			`comment of 255 bytes is too long`},
 	} {
@@ -93,7 +94,8 @@ func TestEncodeErrors(t *testing.T) {
 	}{
 		{&knftables.Set{Name: "firewall-allow", Type: "ipv4_addr . ipv4_addr", Flags: []knftables.SetFlag{knftables.IntervalFlag}}, "interval"},
 		{&knftables.Set{Name: "t", TypeOf: "ip daddr"}, "typeof"},
-		{&knftables.Set{Name: "e", Type: "ether_addr"}, `field "ether_addr"`},
+		{&knftables.Set{Name: "e", Type: "ether_addr"}, `field 1 "ether_addr"`},
+		{&knftables.Set{Name: "v", Type: "inet_service : verdict"}, "verdict fields are left to nft"},
 	} {
 		if _, err := containerOf(tc.set, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("set %s: error %v; want one containing %q", tc.set.Name, err, tc.want)
@@ -285,10 +287,8 @@ func TestKernelNetlinkError(t *testing.T) {
 	ghost := &container{name: "no-such-set", key: conts[0].key}
 	rs2 := ruleset.Build(cluster(20), testConfig, knftables.IPv4Family)
 	rs2.Elements[ghost.name] = map[string]*knftables.Element{"x": {Set: ghost.name, Key: []string{"10.0.0.1"}}}
-	ghost.key, _ = parseLayout("ipv4_addr")
-	p := &Plan{Full: true}
-	p.withBatch(rs2, append(conts, ghost))
-	err := writeElements(ctx, rs2, p.Batch, KernelNetlink(ns.Do))
+	ghost.key, _ = nftdata.ParseLayout("ipv4_addr")
+	err := writeElements(ctx, rs2, fullOps(rs2, append(conts, ghost)), KernelNetlink(ns.Do), nil)
 	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no-such-set") {
 		t.Fatalf("error %v; want ENOENT naming no-such-set", err)
 	}
@@ -380,7 +380,7 @@ func checkKeptTable(t *testing.T, nft knftables.Interface, rs *ruleset.Ruleset, 
 // brokenTransport is a Transport whose every batch fails with err.
 type brokenTransport struct{ err error }
 
-func (t brokenTransport) send(context.Context, *frame, uint32, []elementOps) error { return t.err }
+func (t brokenTransport) send(context.Context, *frame, uint32, definitions) error { return t.err }
 
 // TestPlanElementBatch checks which planned operations can go as a netlink
 // batch: element additions and deletions and set flushes, in an order the batch

@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"maps"
 	"reflect"
 	"slices"
 
@@ -61,6 +60,8 @@ type Plan struct {
 	// batchFlushes is the number of sets and maps of a full plan's Batch that
 	// already exist in the table (the batch flushes them first).
 	batchFlushes int
+	// lookup returns the definitions of the sets and maps Batch writes.
+	lookup definitions
 }
 
 // Add queues the addition of o.
@@ -184,11 +185,10 @@ func (p *Plan) withBatch(desired *ruleset.Ruleset, conts []*container) {
 	if len(conts) == 0 {
 		return
 	}
-	p.Batch = make([]elementOps, len(conts))
-	for i, c := range conts {
-		es := desired.Elements[c.name]
-		p.Batch[i] = elementOps{c: c, flush: true, add: maps.Values(es), n: len(es)}
-		p.BatchElements += len(es)
+	p.Batch = fullOps(desired, conts)
+	p.lookup = definitionsOf(desired)
+	for _, op := range p.Batch {
+		p.BatchElements += op.n
 	}
 }
 
@@ -225,6 +225,7 @@ func planIncremental(applied, desired *ruleset.Ruleset, delta *changeset.Delta, 
 	}
 	if ops, n, ok := p.elementBatch(desired, delta); ok && len(p.Ops) > 0 {
 		p.Batch, p.BatchElements = ops, n
+		p.lookup = func(name string) (*knftables.Set, *knftables.Map) { return definition(name, desired, delta) }
 	}
 	return p
 }

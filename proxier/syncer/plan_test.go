@@ -65,14 +65,14 @@ func runPlanSteps(t *testing.T, ss []*Syncer, check func(step int, res []Result)
 	}
 }
 
-// TestFakeNetlinkEqualsNFT applies the same syncs to two Fakes, one with
-// FakeNetlink, one through nft only: the plans are the same, and so are the
+// TestDecodedNetlinkEqualsNFT applies the same syncs to two Fakes, one with
+// DecodedNetlink, one through nft only: the plans are the same, and so are the
 // tables after every step; the netlink Syncer sends exactly the element-only
 // plans as batches.
-func TestFakeNetlinkEqualsNFT(t *testing.T) {
+func TestDecodedNetlinkEqualsNFT(t *testing.T) {
 	viaNetlink := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
 	viaNFT := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-	ss := []*Syncer{New(viaNetlink, WithNetlink(FakeNetlink(viaNetlink))), New(viaNFT)}
+	ss := []*Syncer{New(viaNetlink, WithNetlink(DecodedNetlink(viaNetlink))), New(viaNFT)}
 	runPlanSteps(t, ss, func(step int, res []Result) {
 		// A Fake dumps elements in the order they were added, which a batch does not
 		// keep.
@@ -103,7 +103,7 @@ func TestFakeNetlinkEqualsNFT(t *testing.T) {
 func TestKernelAndFakeGetTheSamePlans(t *testing.T) {
 	_, nft, kernel := netlinkSyncer(t, "plansk", knftables.IPv4Family)
 	fake := knftables.NewFake(knftables.IPv4Family, testConfig.Table)
-	ss := []*Syncer{kernel, New(fake, WithNetlink(FakeNetlink(fake)))}
+	ss := []*Syncer{kernel, New(fake, WithNetlink(DecodedNetlink(fake)))}
 	runPlanSteps(t, ss, func(step int, res []Result) {
 		if res[0].Operations != res[1].Operations || res[0].NetlinkElements != res[1].NetlinkElements {
 			t.Errorf("step %d: kernel %+v, Fake %+v; want the same plan", step, res[0], res[1])

@@ -85,8 +85,8 @@ type Option func(*Syncer)
 // WithNetlink makes syncs write set and map elements as nf_tables batches through
 // t — the elements of full syncs (see Syncer.fullSync), and incremental syncs that
 // change elements only (see Syncer.Apply) — rather than through nft. t must reach
-// the table nft writes: KernelNetlink in nft's network namespace, or FakeNetlink of
-// the same knftables.Fake. Without it, every operation goes through nft.
+// the table nft writes: KernelNetlink in nft's network namespace, or DecodedNetlink
+// of the same knftables.Interface. Without it, every operation goes through nft.
 func WithNetlink(t Transport) Option {
 	return func(s *Syncer) { s.transport = t }
 }
@@ -253,7 +253,7 @@ func (s *Syncer) run(ctx context.Context, p *Plan) error {
 // applies none of it, it drops the transport, so that later syncs use nft only, and
 // returns why.
 func (s *Syncer) sendBatch(ctx context.Context, desired *ruleset.Ruleset, p *Plan) error {
-	if err := writeElements(ctx, desired, p.Batch, s.transport); err != nil {
+	if err := writeElements(ctx, desired, p.Batch, s.transport, p.lookup); err != nil {
 		s.transport = nil
 		return fmt.Errorf("writing %d elements into %d sets and maps of table %s %s over netlink: %w",
 			p.BatchElements, len(p.Batch), desired.Family, desired.Table, err)

@@ -5,17 +5,30 @@ import (
 	"fmt"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
 // Transport carries the nf_tables netlink batches in which a Syncer writes set and
-// map elements (see WithNetlink): to the kernel (KernelNetlink), or into a
-// knftables.Fake (FakeNetlink), so that tests and the simulator see the very
-// batches the kernel is sent.
+// map elements (see WithNetlink): to the kernel (KernelNetlink), or, decoded back
+// into operations, through a knftables.Interface (DecodedNetlink), so that an
+// in-memory table and the simulator reading it receive the very batches the
+// kernel is sent.
 type Transport interface {
 	// send delivers the batch f, whose message of sequence number ack is the last
 	// one and asks for the acknowledgement, and returns the first error it met,
-	// having applied none of the batch then. ops are the operations f encodes.
-	send(ctx context.Context, f *frame, ack uint32, ops []elementOps) error
+	// having applied none of the batch then. lookup returns the definition of a set
+	// or map the batch names.
+	send(ctx context.Context, f *frame, ack uint32, lookup definitions) error
+}
+
+// definitions returns the definition of the set or map name (one of the two is
+// not nil), or two nils when there is no such set or map.
+type definitions func(name string) (*knftables.Set, *knftables.Map)
+
+// definitionsOf returns the definitions of the sets and maps of rs.
+func definitionsOf(rs *ruleset.Ruleset) definitions {
+	return func(name string) (*knftables.Set, *knftables.Map) { return rs.Sets[name], rs.Maps[name] }
 }
 
 // KernelNetlink returns the Transport to the kernel's nf_tables: each batch goes in
@@ -26,41 +39,31 @@ func KernelNetlink(do func(func() error) error) Transport { return kernelTranspo
 
 type kernelTransport struct{ do func(func() error) error }
 
-func (t kernelTransport) send(ctx context.Context, f *frame, ack uint32, _ []elementOps) error {
+func (t kernelTransport) send(ctx context.Context, f *frame, ack uint32, _ definitions) error {
 	return f.send(ctx, ack, t.do)
 }
 
-// FakeNetlink returns a Transport into fake: each batch is applied to it as one
-// transaction, atomically as the kernel applies a batch. fake must be the
+// DecodedNetlink returns a Transport that decodes each batch back into element
+// operations (DecodeElementBatch) and runs them on nft as one transaction,
+// atomically as the kernel applies a batch. With an in-memory knftables
+// implementation, the table then holds what the kernel would after the batch,
+// decoded from the bytes the kernel would get. nft must be the
 // knftables.Interface the Syncer writes its nft transactions to.
-func FakeNetlink(fake *knftables.Fake) Transport { return fakeTransport{fake} }
+func DecodedNetlink(nft knftables.Interface) Transport { return decodedTransport{nft} }
 
-type fakeTransport struct{ fake *knftables.Fake }
+type decodedTransport struct{ nft knftables.Interface }
 
-func (t fakeTransport) send(ctx context.Context, _ *frame, _ uint32, ops []elementOps) error {
-	tx := t.fake.NewTransaction()
-	for _, op := range ops {
-		c := op.c
-		if op.flush {
-			if set := t.fake.Table.Sets[c.name]; set != nil {
-				tx.Flush(&knftables.Set{Name: c.name})
-			} else {
-				tx.Flush(&knftables.Map{Name: c.name})
-			}
-		}
-		if op.del != nil {
-			for e := range op.del {
-				tx.Delete(e)
-			}
-		}
-		if op.add != nil {
-			for e := range op.add {
-				tx.Add(e)
-			}
-		}
+func (t decodedTransport) send(ctx context.Context, f *frame, _ uint32, lookup definitions) error {
+	ops, err := DecodeElementBatch(f.bufs, lookup)
+	if err != nil {
+		return fmt.Errorf("decoding the batch: %w", err)
 	}
-	if err := t.fake.Run(ctx, tx); err != nil {
-		return fmt.Errorf("applying the batch: %w", err)
+	tx := t.nft.NewTransaction()
+	for i := range ops {
+		ops[i].Queue(tx)
+	}
+	if err := t.nft.Run(ctx, tx); err != nil {
+		return fmt.Errorf("applying the decoded batch: %w", err)
 	}
 	return nil
 }
