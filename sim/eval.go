@@ -413,6 +413,15 @@ func (c *evalCtx) step(s Step) {
 	c.run.steps = append(c.run.steps, s)
 }
 
+// branchWalk is one walk of a packet through the hooks, along one script of
+// numgen choices: the evaluation context, the outcome being filled in, and the
+// hooks of the packet's family.
+type branchWalk struct {
+	c     *evalCtx
+	out   *Outcome
+	hooks *[5][]hookEntry
+}
+
 // runOnce traces p along script and returns the branch.
 func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 	st := &pktState{
@@ -421,113 +430,42 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 	}
 	r := &run{script: script, steps: make([]Step, 0, 64)}
 	c := &evalCtx{rt: rt, st: st, run: r, now: rt.env.now(), ruleIx: -1, arena: make([]byte, 512)}
-	out := &Outcome{Rule: -1}
 	fi := 0
 	if st.fam == packet.IPv6 {
 		fi = 1
 	}
-	hooks := &rt.prog.hooks[fi]
-	finish := func() (*Branch, error) {
-		if c.err != nil {
-			return nil, c.err
-		}
-		out.Packet = st.packet()
-		out.DNAT = st.dnatted || st.bound[manipDst]
-		out.SNAT = st.snatted || st.bound[manipSrc]
-		out.Masquerade = st.masq
-		switch {
-		case st.bound[manipSrc]:
-			out.SNATAddr = st.binding[manipSrc].Addr()
-		case st.snatted:
-			out.SNATAddr = st.src.Addr()
-		}
-		prob := 1.0
-		for _, ch := range r.choices {
-			prob /= float64(ch.Mod)
-		}
-		return &Branch{Probability: prob, Choices: r.choices, Steps: r.steps, Outcome: *out, run: r}, nil
-	}
-	// stopAt records that the branch ended with a drop or reject, decided at where.
-	stopAt := func(v *verdict, where Step) {
-		out.Verdict = VerdictDrop
-		if v.kind == vReject {
-			out.Verdict = VerdictReject
-			out.Reject = v.reject
-		}
-		out.Hook, out.Table, out.Chain, out.Rule = where.Hook, where.Table, where.Chain, where.Rule
-		out.Delivery = DeliveryNone
-	}
-	runHook := func(h Hook) (*verdict, Step) {
-		c.hook = h
-		pk := st.packet()
-		c.step(Step{Kind: StepHook, Depth: 0, Rule: -1, Packet: pk, Detail: "packet " + pk.String()})
-		for _, e := range hooks[hookIndex[string(h)]] {
-			if c.err != nil {
-				return nil, Step{}
-			}
-			switch e.kind {
-			case eConntrack:
-				c.attach()
-			case eConfirm:
-				c.confirm()
-			case eNAT:
-				if v, where := c.runNAT(e); v != nil {
-					return v, where
-				}
-			case eChain:
-				if v, where := c.runBase(e.chain); v != nil {
-					return v, where
-				}
-			}
-		}
-		return nil, Step{}
-	}
-	// pass runs hooks in order; it reports whether one of them ended the branch.
-	pass := func(hs ...Hook) bool {
-		for _, h := range hs {
-			if v, where := runHook(h); v != nil || c.err != nil {
-				if c.err == nil {
-					stopAt(v, where)
-				}
-				return true
-			}
-		}
-		return false
-	}
-	route := func(detail string) {
-		c.hook = ""
-		c.step(Step{Kind: StepRoute, Rule: -1, Detail: detail})
-	}
+	w := &branchWalk{c: c, out: &Outcome{Rule: -1}, hooks: &rt.prog.hooks[fi]}
+	out := w.out
 	switch {
 	case p.IIf == "" && rt.local.has(p.Src.Addr()):
 		c.step(Step{Kind: StepNote, Rule: -1, Detail: "locally generated: source " + p.Src.Addr().String() + " is a node address and there is no input interface"})
 		c.setOutputOIf()
-		if pass(HookOutput) {
+		if w.pass(HookOutput) {
 			break
 		}
 		// Routing is redone after output, whose DNAT may have changed the destination.
 		c.setOutputOIf()
 		toLocal := rt.local.has(st.dst.Addr())
-		if pass(HookPostrouting) {
+		if w.pass(HookPostrouting) {
 			break
 		}
 		if !toLocal {
-			route("sent out of the node via " + ifOrUnknown(st.oif))
+			w.route("sent out of the node via " + ifOrUnknown(st.oif))
 			out.Delivery = DeliveryOut
 			break
 		}
-		route("looped back: " + st.dst.Addr().String() + " is local, the packet re-enters on lo")
+		w.route("looped back: " + st.dst.Addr().String() + " is local, the packet re-enters on lo")
 		st.iif, st.oif = "lo", ""
-		if !pass(HookPrerouting, HookInput) {
+		if !w.pass(HookPrerouting, HookInput) {
 			out.Delivery = DeliveryLocal
 		}
 	default:
-		if pass(HookPrerouting) {
+		if w.pass(HookPrerouting) {
 			break
 		}
 		if rt.local.has(st.dst.Addr()) {
-			route(st.dst.Addr().String() + " is a local address: input")
-			if !pass(HookInput) {
+			w.route(st.dst.Addr().String() + " is a local address: input")
+			if !w.pass(HookInput) {
 				out.Delivery = DeliveryLocal
 			}
 			break
@@ -535,12 +473,95 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		if r, ok := rt.env.route(st.dst.Addr()); ok {
 			st.oif = r.Dev
 		}
-		route(st.dst.Addr().String() + " is not a local address: forward via " + ifOrUnknown(st.oif))
-		if !pass(HookForward, HookPostrouting) {
+		w.route(st.dst.Addr().String() + " is not a local address: forward via " + ifOrUnknown(st.oif))
+		if !w.pass(HookForward, HookPostrouting) {
 			out.Delivery = DeliveryForward
 		}
 	}
-	return finish()
+	return w.finish()
+}
+
+// finish returns the branch the walk made, or the error that stopped it.
+func (w *branchWalk) finish() (*Branch, error) {
+	c, st, out, r := w.c, w.c.st, w.out, w.c.run
+	if c.err != nil {
+		return nil, c.err
+	}
+	out.Packet = st.packet()
+	out.DNAT = st.dnatted || st.bound[manipDst]
+	out.SNAT = st.snatted || st.bound[manipSrc]
+	out.Masquerade = st.masq
+	switch {
+	case st.bound[manipSrc]:
+		out.SNATAddr = st.binding[manipSrc].Addr()
+	case st.snatted:
+		out.SNATAddr = st.src.Addr()
+	}
+	prob := 1.0
+	for _, ch := range r.choices {
+		prob /= float64(ch.Mod)
+	}
+	return &Branch{Probability: prob, Choices: r.choices, Steps: r.steps, Outcome: *out, run: r}, nil
+}
+
+// stopAt records that the branch ended with a drop or reject, decided at where.
+func (w *branchWalk) stopAt(v *verdict, where Step) {
+	out := w.out
+	out.Verdict = VerdictDrop
+	if v.kind == vReject {
+		out.Verdict = VerdictReject
+		out.Reject = v.reject
+	}
+	out.Hook, out.Table, out.Chain, out.Rule = where.Hook, where.Table, where.Chain, where.Rule
+	out.Delivery = DeliveryNone
+}
+
+// runHook runs what hook h holds, in priority order, and returns the verdict that
+// ended the branch there (nil for none) and where it was decided.
+func (w *branchWalk) runHook(h Hook) (*verdict, Step) {
+	c := w.c
+	c.hook = h
+	pk := c.st.packet()
+	c.step(Step{Kind: StepHook, Depth: 0, Rule: -1, Packet: pk, Detail: "packet " + pk.String()})
+	for _, e := range w.hooks[hookIndex[string(h)]] {
+		if c.err != nil {
+			return nil, Step{}
+		}
+		switch e.kind {
+		case eConntrack:
+			c.attach()
+		case eConfirm:
+			c.confirm()
+		case eNAT:
+			if v, where := c.runNAT(e); v != nil {
+				return v, where
+			}
+		case eChain:
+			if v, where := c.runBase(e.chain); v != nil {
+				return v, where
+			}
+		}
+	}
+	return nil, Step{}
+}
+
+// pass runs hooks in order; it reports whether one of them ended the branch.
+func (w *branchWalk) pass(hs ...Hook) bool {
+	for _, h := range hs {
+		if v, where := w.runHook(h); v != nil || w.c.err != nil {
+			if w.c.err == nil {
+				w.stopAt(v, where)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// route records a routing decision, which belongs to no hook.
+func (w *branchWalk) route(detail string) {
+	w.c.hook = ""
+	w.c.step(Step{Kind: StepRoute, Rule: -1, Detail: detail})
 }
 
 func ifOrUnknown(s string) string {

@@ -222,188 +222,265 @@ func run(ctx context.Context, o options, p *progress) (*Results, error) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return nil, errors.New("nft not found (make deps installs nftables)")
 	}
-	res := &Results{Meta: meta(o)}
+	r := &benchRun{ctx: ctx, o: o, p: p, res: &Results{Meta: meta(o)}}
 	start := time.Now()
-	defer func() { res.Meta.Seconds = time.Since(start).Seconds() }()
-	fail := func(err error) {
-		p.printf("FAILED: %v", err)
-		res.Errors = append(res.Errors, err.Error())
-	}
+	defer func() { r.res.Meta.Seconds = time.Since(start).Seconds() }()
 	if o.phases["baseline"] || o.phases["dataplane"] {
 		if _, err := exec.LookPath(restoreBinary(o.backend)); err != nil {
-			fail(fmt.Errorf("baseline: %s not found (make deps installs iptables): skipping the baseline", restoreBinary(o.backend)))
-			o.phases["baseline"] = false
+			r.fail(fmt.Errorf("baseline: %s not found (make deps installs iptables): skipping the baseline", restoreBinary(o.backend)))
+			r.o.phases["baseline"] = false
 		}
 	}
+	defer r.removeLabs()
 
-	var labs []*lab.Lab
-	defer func() {
-		for _, l := range labs {
-			if err := l.Close(); err != nil {
-				fmt.Fprintf(os.Stderr, "bench: removing lab %s: %v\n", l.ID, err)
-			}
-			if left, _ := l.Leaks(); len(left) > 0 {
-				fmt.Fprintf(os.Stderr, "bench: lab %s left behind: %s\n", l.ID, strings.Join(left, ", "))
-			}
-		}
-	}()
-	closeLab := func(l *lab.Lab) {
-		if err := l.Close(); err != nil {
-			fail(fmt.Errorf("removing lab %s: %w", l.ID, err))
-		}
-	}
-
-	var sizes []int
-	if o.phases["control"] || o.phases["baseline"] {
-		sizes = append(sizes, o.sizes...)
-	}
-	if o.phases["dataplane"] {
-		sizes = append(sizes, o.dataSizes...)
-	}
-	slices.Sort(sizes)
-	sizes = slices.Compact(sizes)
+	sizes := r.sizes()
 	if len(sizes) > 0 {
 		c := newCluster(sizes[len(sizes)-1])
-		res.Mix = countMix(c.state)
+		r.res.Mix = countMix(c.state)
 	}
-
-	var dps []*dataPlaneLab
 	for _, n := range sizes {
-		dataPlane := o.phases["dataplane"] && slices.Contains(o.dataSizes, n)
-		controlAt := slices.Contains(o.sizes, n) || slices.Contains(o.dataSizes, n)
-
-		// Ours.
-		if (o.phases["control"] && controlAt) || dataPlane {
-			p.setPhase("control/ours N=%s", short(n))
-			l, err := newBenchLab()
-			if err != nil {
-				fail(fmt.Errorf("control N=%d: lab: %w", n, err))
-				continue
-			}
-			labs = append(labs, l)
-			co := controlOptions{N: n, Updates: o.updates, Seed: o.seed, ChurnRate: o.churnRate, PureBuilds: 3,
-				TargetVIP: targetVIP, Backends: backends}
-			if !o.phases["control"] {
-				co.Updates, co.PureBuilds = 0, 0
-			}
-			if o.phases["control"] && n == o.churnAt {
-				co.Churn = o.churn
-			}
-			if n > 20000 {
-				co.PureBuilds = 1
-			}
-			cr, err := measureControl(ctx, p, l.Node, co)
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			switch {
-			case err != nil:
-				fail(err)
-				closeLab(l)
-			case dataPlane:
-				dps = append(dps, &dataPlaneLab{n: n, ruleset: rulesetOurs, lab: l})
-				fallthrough
-			default:
-				if o.phases["control"] {
-					res.Control = append(res.Control, cr)
-				}
-				if !dataPlane {
-					closeLab(l)
-				}
-			}
-		}
-
-		// Baseline.
-		if (o.phases["baseline"] && controlAt) || (dataPlane && o.phases["baseline"]) {
-			p.setPhase("baseline/iptables-%s N=%s", o.backend, short(n))
-			l, err := newBenchLab()
-			if err != nil {
-				fail(fmt.Errorf("baseline N=%d: lab: %w", n, err))
-				continue
-			}
-			labs = append(labs, l)
-			bo := baselineOptions{N: n, Backend: o.backend, Updates: o.updates, Seed: o.seed,
-				Budget: o.budget, Timeout: o.restoreTimeout, Target: withTarget}
-			br, err := measureBaseline(ctx, p, l.Node, bo)
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			if err != nil {
-				fail(err)
-				closeLab(l)
-			} else {
-				res.Baseline = append(res.Baseline, br)
-				if dataPlane && br.Full.TotalMs >= 0 {
-					dps = append(dps, &dataPlaneLab{n: n, ruleset: rulesetIptables, lab: l})
-				} else {
-					closeLab(l)
-				}
-			}
-		}
-		if o.phases["baseline"] && o.backend != backendNFT && n <= o.nftMax && slices.Contains(o.sizes, n) {
-			p.setPhase("baseline/iptables-nft N=%s", short(n))
-			if _, err := exec.LookPath(restoreBinary(backendNFT)); err != nil {
-				fail(fmt.Errorf("baseline: %s not found: %w", restoreBinary(backendNFT), err))
-			} else if br, err := measureBaselineNS(ctx, p, baselineOptions{N: n, Backend: backendNFT, Updates: o.updates,
-				Seed: o.seed, Budget: o.budget / 4, Timeout: o.restoreTimeout}); err != nil {
-				if ctx.Err() != nil {
-					return res, ctx.Err()
-				}
-				fail(err)
-			} else {
-				res.Baseline = append(res.Baseline, br)
-			}
+		if err := r.measureSize(n); err != nil {
+			return r.res, err
 		}
 	}
-
-	if len(dps) > 0 {
-		p.setPhase("data plane, %d connects per ruleset", o.connects)
-		dr, err := measureDataPlane(ctx, p, dps, o.connects, o.warmup)
-		if ctx.Err() != nil {
-			return res, ctx.Err()
-		}
-		if err != nil {
-			fail(err)
-		}
-		res.DataPlane = dr
-		for _, d := range dr {
-			p.printf("%s N=%s: p50 %.1f us, p99 %.1f us (%d connects, %d failed)", d.Ruleset, short(d.N), d.Micros.P50, d.Micros.P99, d.Connects, d.Failures)
-		}
-		for _, d := range dps {
-			closeLab(d.lab)
-		}
+	if err := r.dataPlanePhase(); err != nil {
+		return r.res, err
 	}
-
-	if o.phases["sim"] && len(o.simSizes) > 0 {
-		p.setPhase("simulator")
-		var subjects []*simSubject
-		for _, n := range o.simSizes {
-			p.printf("compiling our ruleset for N=%s", short(n))
-			s, err := compileSim(n)
-			if err != nil {
-				fail(err)
-				continue
-			}
-			subjects = append(subjects, s)
-		}
-		if len(subjects) > 0 {
-			p.printf("tracing for %s", o.simTime)
-			sr, err := measureSim(ctx, subjects, o.simTime)
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			if err != nil {
-				fail(err)
-			}
-			res.Sim = sr
-			for _, s := range sr {
-				p.printf("N=%s: compile %.2fs, %.0f ns per trace (p50 of %d)", short(s.N), s.CompileS, s.NsPerTrace.P50, s.Traces)
-			}
-		}
+	if err := r.simPhase(); err != nil {
+		return r.res, err
 	}
-	res.evaluateTargets()
+	r.res.evaluateTargets()
 	p.setPhase("done")
-	return res, nil
+	return r.res, nil
+}
+
+// benchRun is one run of the bench: its options, the results so far, the labs it
+// created and the ones kept for the data-plane phase.
+type benchRun struct {
+	ctx  context.Context
+	o    options
+	p    *progress
+	res  *Results
+	labs []*lab.Lab
+	dps  []*dataPlaneLab
+}
+
+// fail reports err and records it in the results; the run goes on.
+func (r *benchRun) fail(err error) {
+	r.p.printf("FAILED: %v", err)
+	r.res.Errors = append(r.res.Errors, err.Error())
+}
+
+// closeLab removes l, recording a failure to.
+func (r *benchRun) closeLab(l *lab.Lab) {
+	if err := l.Close(); err != nil {
+		r.fail(fmt.Errorf("removing lab %s: %w", l.ID, err))
+	}
+}
+
+// removeLabs removes every lab the run created, on the way out, and reports
+// what one left behind.
+func (r *benchRun) removeLabs() {
+	for _, l := range r.labs {
+		if err := l.Close(); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: removing lab %s: %v\n", l.ID, err)
+		}
+		if left, _ := l.Leaks(); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "bench: lab %s left behind: %s\n", l.ID, strings.Join(left, ", "))
+		}
+	}
+}
+
+// sizes returns the cluster sizes the control, baseline and data-plane phases
+// measure, in order.
+func (r *benchRun) sizes() []int {
+	var sizes []int
+	if r.o.phases["control"] || r.o.phases["baseline"] {
+		sizes = append(sizes, r.o.sizes...)
+	}
+	if r.o.phases["dataplane"] {
+		sizes = append(sizes, r.o.dataSizes...)
+	}
+	slices.Sort(sizes)
+	return slices.Compact(sizes)
+}
+
+// measureSize runs the control and baseline phases at cluster size n, keeping
+// the labs the data-plane phase measures. It returns an error only when the
+// context ends.
+func (r *benchRun) measureSize(n int) error {
+	o := r.o
+	dataPlane := o.phases["dataplane"] && slices.Contains(o.dataSizes, n)
+	controlAt := slices.Contains(o.sizes, n) || slices.Contains(o.dataSizes, n)
+	if (o.phases["control"] && controlAt) || dataPlane {
+		if ok, err := r.controlPhase(n, dataPlane); err != nil || !ok {
+			return err
+		}
+	}
+	if (o.phases["baseline"] && controlAt) || (dataPlane && o.phases["baseline"]) {
+		if ok, err := r.baselinePhase(n, dataPlane); err != nil || !ok {
+			return err
+		}
+	}
+	if o.phases["baseline"] && o.backend != backendNFT && n <= o.nftMax && slices.Contains(o.sizes, n) {
+		return r.nftBaselinePhase(n)
+	}
+	return nil
+}
+
+// controlPhase measures our proxier at size n in a new lab, kept for the data
+// plane when dataPlane. It reports false when the lab could not be made, which
+// ends the size.
+func (r *benchRun) controlPhase(n int, dataPlane bool) (bool, error) {
+	o := r.o
+	r.p.setPhase("control/ours N=%s", short(n))
+	l, err := newBenchLab()
+	if err != nil {
+		r.fail(fmt.Errorf("control N=%d: lab: %w", n, err))
+		return false, nil
+	}
+	r.labs = append(r.labs, l)
+	co := controlOptions{N: n, Updates: o.updates, Seed: o.seed, ChurnRate: o.churnRate, PureBuilds: 3,
+		TargetVIP: targetVIP, Backends: backends}
+	if !o.phases["control"] {
+		co.Updates, co.PureBuilds = 0, 0
+	}
+	if o.phases["control"] && n == o.churnAt {
+		co.Churn = o.churn
+	}
+	if n > 20000 {
+		co.PureBuilds = 1
+	}
+	cr, err := measureControl(r.ctx, r.p, l.Node, co)
+	if r.ctx.Err() != nil {
+		return false, r.ctx.Err()
+	}
+	switch {
+	case err != nil:
+		r.fail(err)
+		r.closeLab(l)
+	case dataPlane:
+		r.dps = append(r.dps, &dataPlaneLab{n: n, ruleset: rulesetOurs, lab: l})
+		fallthrough
+	default:
+		if o.phases["control"] {
+			r.res.Control = append(r.res.Control, cr)
+		}
+		if !dataPlane {
+			r.closeLab(l)
+		}
+	}
+	return true, nil
+}
+
+// baselinePhase measures kube-proxy's iptables rules at size n in a new lab, kept
+// for the data plane when dataPlane. It reports false when the lab could not be
+// made, which ends the size.
+func (r *benchRun) baselinePhase(n int, dataPlane bool) (bool, error) {
+	o := r.o
+	r.p.setPhase("baseline/iptables-%s N=%s", o.backend, short(n))
+	l, err := newBenchLab()
+	if err != nil {
+		r.fail(fmt.Errorf("baseline N=%d: lab: %w", n, err))
+		return false, nil
+	}
+	r.labs = append(r.labs, l)
+	bo := baselineOptions{N: n, Backend: o.backend, Updates: o.updates, Seed: o.seed,
+		Budget: o.budget, Timeout: o.restoreTimeout, Target: withTarget}
+	br, err := measureBaseline(r.ctx, r.p, l.Node, bo)
+	if r.ctx.Err() != nil {
+		return false, r.ctx.Err()
+	}
+	if err != nil {
+		r.fail(err)
+		r.closeLab(l)
+		return true, nil
+	}
+	r.res.Baseline = append(r.res.Baseline, br)
+	if dataPlane && br.Full.TotalMs >= 0 {
+		r.dps = append(r.dps, &dataPlaneLab{n: n, ruleset: rulesetIptables, lab: l})
+	} else {
+		r.closeLab(l)
+	}
+	return true, nil
+}
+
+// nftBaselinePhase measures kube-proxy's rules through iptables-nft at size n,
+// beside the legacy backend.
+func (r *benchRun) nftBaselinePhase(n int) error {
+	o := r.o
+	r.p.setPhase("baseline/iptables-nft N=%s", short(n))
+	if _, err := exec.LookPath(restoreBinary(backendNFT)); err != nil {
+		r.fail(fmt.Errorf("baseline: %s not found: %w", restoreBinary(backendNFT), err))
+	} else if br, err := measureBaselineNS(r.ctx, r.p, baselineOptions{N: n, Backend: backendNFT, Updates: o.updates,
+		Seed: o.seed, Budget: o.budget / 4, Timeout: o.restoreTimeout}); err != nil {
+		if r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		r.fail(err)
+	} else {
+		r.res.Baseline = append(r.res.Baseline, br)
+	}
+	return nil
+}
+
+// dataPlanePhase measures connection latency through the labs kept for it, then
+// removes them.
+func (r *benchRun) dataPlanePhase() error {
+	if len(r.dps) == 0 {
+		return nil
+	}
+	r.p.setPhase("data plane, %d connects per ruleset", r.o.connects)
+	dr, err := measureDataPlane(r.ctx, r.p, r.dps, r.o.connects, r.o.warmup)
+	if r.ctx.Err() != nil {
+		return r.ctx.Err()
+	}
+	if err != nil {
+		r.fail(err)
+	}
+	r.res.DataPlane = dr
+	for _, d := range dr {
+		r.p.printf("%s N=%s: p50 %.1f us, p99 %.1f us (%d connects, %d failed)", d.Ruleset, short(d.N), d.Micros.P50, d.Micros.P99, d.Connects, d.Failures)
+	}
+	for _, d := range r.dps {
+		r.closeLab(d.lab)
+	}
+	return nil
+}
+
+// simPhase measures compiling our ruleset into the simulator and tracing through it.
+func (r *benchRun) simPhase() error {
+	o := r.o
+	if !o.phases["sim"] || len(o.simSizes) == 0 {
+		return nil
+	}
+	r.p.setPhase("simulator")
+	var subjects []*simSubject
+	for _, n := range o.simSizes {
+		r.p.printf("compiling our ruleset for N=%s", short(n))
+		s, err := compileSim(n)
+		if err != nil {
+			r.fail(err)
+			continue
+		}
+		subjects = append(subjects, s)
+	}
+	if len(subjects) == 0 {
+		return nil
+	}
+	r.p.printf("tracing for %s", o.simTime)
+	sr, err := measureSim(r.ctx, subjects, o.simTime)
+	if r.ctx.Err() != nil {
+		return r.ctx.Err()
+	}
+	if err != nil {
+		r.fail(err)
+	}
+	r.res.Sim = sr
+	for _, s := range sr {
+		r.p.printf("N=%s: compile %.2fs, %.0f ns per trace (p50 of %d)", short(s.N), s.CompileS, s.NsPerTrace.P50, s.Traces)
+	}
+	return nil
 }
 
 // measureBaselineNS measures the baseline in a plain fresh namespace of its own.
