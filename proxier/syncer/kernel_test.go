@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/internal/testenv"
 	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
@@ -239,12 +239,7 @@ func BenchmarkKernelFullSync(b *testing.B) {
 // it runs as root with nft installed.
 func kernelNFT(tb testing.TB, name string, opts ...knftables.Option) (*lab.NS, knftables.Interface) {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("needs root: syncs into a new network namespace")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		tb.Skip("needs nft")
-	}
+	testenv.RequireRoot(tb, "nft")
 	ns, err := lab.NewNS(fmt.Sprintf("%s%s-%d", lab.NamePrefix, name, os.Getpid()))
 	if err != nil {
 		tb.Fatal(err)
