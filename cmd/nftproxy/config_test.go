@@ -142,7 +142,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"bad CIDR flag", "", []string{"--service-cidr=172.30.0.0/16,nonsense"}, []string{`serviceCIDR (--service-cidr): invalid CIDR "nonsense"`}},
 		{"bad nodeport address", "", []string{"--nodeport-addresses=primary"}, []string{`nodePortAddresses (--nodeport-addresses): invalid CIDR "primary"`}},
 		{"bad mode", "", []string{"--detect-local-mode=NodeCIDR"}, []string{`detectLocalMode (--detect-local-mode): "NodeCIDR"`}},
-		{"missing prefix", "", []string{"--detect-local-mode=InterfaceNamePrefix"}, []string{"podInterfaceNamePrefix (--pod-interface-name-prefix): required"}},
+		{"missing prefix", "", []string{"--detect-local-mode=InterfaceNamePrefix"}, []string{"detectLocal.interfaceNamePrefix (--pod-interface-name-prefix): required"}},
 		{"bad duration", header + "syncPeriod: soon\n", nil, []string{`syncPeriod (--sync-period): invalid duration "soon"`}},
 		{"zero sync period", "", []string{"--sync-period=0s"}, []string{"syncPeriod (--sync-period)", "positive"}},
 		{"negative min sync period", "", []string{"--min-sync-period=-1s"}, []string{"minSyncPeriod (--min-sync-period)"}},

@@ -12,6 +12,10 @@ import (
 
 const cluster = "../../examples/cluster.yaml"
 
+// exampleCIDRs are the pod and Service CIDRs of the example cluster (stated in its
+// header): nftrace assumes none.
+var exampleCIDRs = []string{"--cluster-cidr", "10.0.0.0/8,fd00::/28", "--service-cidr", "172.30.0.0/16,fd00:30::/108"}
+
 func runJSON(t *testing.T, args ...string) []Result {
 	t.Helper()
 	var out, errb bytes.Buffer
@@ -39,11 +43,11 @@ func addrs(r Result) map[string]float64 {
 }
 
 func TestClusterTraceJSON(t *testing.T) {
-	res := runJSON(t, "--cluster", cluster,
+	res := runJSON(t, append(exampleCIDRs, "--cluster", cluster,
 		"tcp 10.1.0.9:40000 -> 172.30.0.10:80 iif veth1",
 		"tcp 10.1.0.9:40001 -> 172.30.0.10:81 iif veth1",
 		"tcp 192.168.0.10:40002 -> 172.30.0.10:80",
-	)
+	)...)
 	if len(res) != 3 {
 		t.Fatalf("got %d results, want 3", len(res))
 	}
@@ -120,7 +124,7 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 		{[]string{"tcp 10.0.0.1:1 -> 10.0.0.2:2"}, "give exactly one of --cluster"},
 		{[]string{"--cluster", cluster}, "no packet to trace"},
 		{[]string{"--cluster", "does-not-exist.yaml", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, "does-not-exist.yaml"},
-		{[]string{"--cluster", cluster, "--cluster-cidr", "10.0.0.0/33", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `--cluster-cidr: invalid CIDR "10.0.0.0/33"`},
+		{[]string{"--cluster", cluster, "--cluster-cidr", "10.0.0.0/33", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `clusterCIDR (--cluster-cidr): invalid CIDR "10.0.0.0/33"`},
 		{[]string{"--cluster", cluster, "--local", "1.2.3", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `--local: invalid address "1.2.3"`},
 	} {
 		var out, errb bytes.Buffer
