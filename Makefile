@@ -41,7 +41,10 @@ test: deps
 e2e: deps
 	$(GO) test -count=1 -v ./e2e/...
 
-NFTRACE = $(GO) run ./tools/nftrace --cluster examples/cluster.yaml
+# The example cluster's pod and Service CIDRs (examples/cluster.yaml): nftrace assumes
+# none, and warns when they are missing.
+EXAMPLE_CIDRS = --cluster-cidr 10.0.0.0/8,fd00::/28 --service-cidr 172.30.0.0/16,fd00:30::/108
+NFTRACE = $(GO) run ./tools/nftrace --cluster examples/cluster.yaml $(EXAMPLE_CIDRS)
 
 # demo prints the ruleset built for the example cluster, then traces a handful of
 # packets through it.

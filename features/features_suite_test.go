@@ -40,6 +40,11 @@ var scenarios = func() []*features.Scenario {
 	if err != nil {
 		panic(fmt.Sprintf("loading scenarios: %v", err))
 	}
+	for _, sc := range scs {
+		for _, w := range sc.Warnings {
+			fmt.Fprintf(os.Stderr, "features: %s: config: %s\n", sc.File, w)
+		}
+	}
 	return scs
 }()
 

@@ -34,8 +34,12 @@ type Scenario struct {
 	Pins string
 	// Node is the node the proxier runs on.
 	Node NodeSpec
-	// Config is the proxier configuration, defaulted and validated.
+	// Config is the proxier configuration, defaulted and validated: the config
+	// section is ruleset.Options, resolved by Options.Config as the daemon's is.
 	Config ruleset.Config
+	// Warnings say what the config leaves unset (ruleset.Options.Config), for the
+	// runner to print.
+	Warnings []string
 	// Cluster is the initial cluster: Kubernetes YAML (Services, EndpointSlices, Node).
 	Cluster Docs
 	// Steps run in order.
@@ -162,18 +166,9 @@ type rawScenario struct {
 	Labels  []string    `yaml:"labels"`
 	Pins    string      `yaml:"pins"`
 	Node    NodeSpec    `yaml:"node"`
-	Config  rawConfig   `yaml:"config"`
+	Config  yaml.Node   `yaml:"config"`
 	Cluster yaml.Node   `yaml:"cluster"`
 	Steps   []yaml.Node `yaml:"steps"`
-}
-
-type rawConfig struct {
-	DetectLocalMode        *string        `yaml:"detectLocalMode"`
-	ClusterCIDRs           []netip.Prefix `yaml:"clusterCIDRs"`
-	PodInterfaceNamePrefix string         `yaml:"podInterfaceNamePrefix"`
-	MasqueradeAll          bool           `yaml:"masqueradeAll"`
-	NodePortAddresses      []netip.Prefix `yaml:"nodePortAddresses"`
-	ServiceCIDRs           []netip.Prefix `yaml:"serviceCIDRs"`
 }
 
 type rawStep struct {
@@ -252,11 +247,11 @@ func Parse(data []byte, file string) (*Scenario, error) {
 	if sc.Node.Name == "" {
 		sc.Node.Name = "node-a"
 	}
-	cfg, err := raw.Config.toConfig()
+	cfg, warnings, err := scenarioConfig(&raw.Config)
 	if err != nil {
-		return nil, fmt.Errorf("%s: config: %w", file, err)
+		return nil, lineError(file, raw.Config.Line, "config: %v", err)
 	}
-	sc.Config = cfg
+	sc.Config, sc.Warnings = cfg, warnings
 	if raw.Cluster.Kind == 0 {
 		return nil, lineError(file, 1, "field cluster: missing")
 	}
@@ -289,26 +284,20 @@ func docs(file, field string, n *yaml.Node) (Docs, error) {
 	return Docs{Text: n.Value, Line: n.Line + 1}, nil
 }
 
-func (c rawConfig) toConfig() (ruleset.Config, error) {
-	cfg := ruleset.Config{
-		LocalMode:         ruleset.LocalClusterCIDR,
-		ClusterCIDRs:      c.ClusterCIDRs,
-		InterfacePrefix:   c.PodInterfaceNamePrefix,
-		MasqueradeAll:     c.MasqueradeAll,
-		NodePortAddresses: c.NodePortAddresses,
-		ServiceCIDRs:      c.ServiceCIDRs,
+// scenarioConfig decodes the config section as ruleset.Options, strictly, and
+// resolves it with the defaults and validation every program shares.
+func scenarioConfig(n *yaml.Node) (ruleset.Config, []string, error) {
+	var o ruleset.Options
+	if n.Kind != 0 {
+		data, err := yaml.Marshal(n)
+		if err != nil {
+			return ruleset.Config{}, nil, err
+		}
+		if o, err = ruleset.DecodeOptions(data); err != nil {
+			return ruleset.Config{}, nil, err
+		}
 	}
-	if c.DetectLocalMode != nil {
-		cfg.LocalMode = ruleset.LocalMode(*c.DetectLocalMode)
-	}
-	if len(cfg.ClusterCIDRs) == 0 && cfg.LocalMode == ruleset.LocalClusterCIDR {
-		cfg.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/28")}
-	}
-	if len(cfg.ServiceCIDRs) == 0 {
-		cfg.ServiceCIDRs = []netip.Prefix{netip.MustParsePrefix("172.30.0.0/16"), netip.MustParsePrefix("fd00:30::/108")}
-	}
-	cfg.Defaults()
-	return cfg, cfg.Validate()
+	return o.Config()
 }
 
 func parseStep(file string, sc *Scenario, n *yaml.Node) (*Step, error) {

@@ -294,8 +294,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		t.Errorf("minimal config: %v", err)
 	}
 	_, err = New(Config{NodeName: "n", NewNFT: fakes{}.newNFT, Ruleset: rulesetConfig("Bogus")})
-	if err == nil || !strings.Contains(err.Error(), "localMode") {
-		t.Errorf("bad local mode: err = %v, want one naming localMode", err)
+	if err == nil || !strings.Contains(err.Error(), "detectLocalMode") {
+		t.Errorf("bad local mode: err = %v, want one naming detectLocalMode", err)
 	}
 }
 

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -26,9 +24,11 @@ const (
 
 // Configuration is the daemon's configuration as the --config file spells it. Every
 // field has a flag of kube-proxy's name (given in each comment); a flag given on the
-// command line overrides the file. Durations are Go durations ("30s"), CIDR lists
-// are comma-separated and may mix both families. testdata/nftproxy.yaml is a
-// commented example:
+// command line overrides the file. The ruleset's fields (clusterCIDR, serviceCIDR,
+// detectLocalMode, detectLocal.interfaceNamePrefix, nodePortAddresses, masqueradeAll,
+// masqueradeBit, tableName) are ruleset.Options, inline, with its flags, defaults and
+// validation, the same as nftrace's and the feature scenarios'. Durations are Go
+// durations ("30s"). testdata/nftproxy.yaml is a commented example:
 //
 //	apiVersion: nftproxy.io/v1alpha1
 //	kind: NftproxyConfiguration
@@ -55,22 +55,8 @@ type Configuration struct {
 	// HostnameOverride is this node's name (--hostname-override; default the
 	// host name).
 	HostnameOverride string `json:"hostnameOverride,omitempty"`
-	// ClusterCIDR is the pods' CIDRs (--cluster-cidr).
-	ClusterCIDR string `json:"clusterCIDR,omitempty"`
-	// ServiceCIDR is the ranges ClusterIPs are allocated from (--service-cidr):
-	// traffic to an unallocated address in them is dropped.
-	ServiceCIDR string `json:"serviceCIDR,omitempty"`
-	// DetectLocalMode tells pod traffic apart (--detect-local-mode): ClusterCIDR
-	// (default) or InterfaceNamePrefix.
-	DetectLocalMode string `json:"detectLocalMode,omitempty"`
-	// PodInterfaceNamePrefix is the pod interface prefix for InterfaceNamePrefix
-	// (--pod-interface-name-prefix).
-	PodInterfaceNamePrefix string `json:"podInterfaceNamePrefix,omitempty"`
-	// NodePortAddresses restricts NodePorts to node addresses in these CIDRs
-	// (--nodeport-addresses); empty means every node address.
-	NodePortAddresses []string `json:"nodePortAddresses,omitempty"`
-	// MasqueradeAll masquerades all traffic to ClusterIPs (--masquerade-all).
-	MasqueradeAll bool `json:"masqueradeAll,omitempty"`
+	// Options are the ruleset's fields, inline.
+	ruleset.Options
 	// SyncPeriod is the period of the full resync (--sync-period, default 30s).
 	SyncPeriod string `json:"syncPeriod,omitempty"`
 	// MinSyncPeriod is the least time between syncs (--min-sync-period, default 1s).
@@ -81,9 +67,6 @@ type Configuration struct {
 	// MetricsBindAddress serves /metrics (--metrics-bind-address, default
 	// 127.0.0.1:10249); empty disables it.
 	MetricsBindAddress string `json:"metricsBindAddress,omitempty"`
-	// TableName is the nftables table name in each family (--table-name, default
-	// nftproxy).
-	TableName string `json:"tableName,omitempty"`
 	// Verbosity is the log verbosity (-v): 0 and 1 log at info level, 2 and more
 	// at debug level.
 	Verbosity int `json:"verbosity,omitempty"`
@@ -94,12 +77,10 @@ type Configuration struct {
 func defaultConfiguration() Configuration {
 	return Configuration{
 		APIVersion: ConfigAPIVersion, Kind: ConfigKind,
-		DetectLocalMode:    string(ruleset.LocalClusterCIDR),
 		SyncPeriod:         "30s",
 		MinSyncPeriod:      "1s",
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
-		TableName:          ruleset.DefaultTable,
 	}
 }
 
@@ -139,34 +120,13 @@ func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; in-cluster configuration when neither it nor --master is given")
 	fs.StringVar(&c.Master, "master", c.Master, "address of the Kubernetes API server (overrides the kubeconfig's)")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name, instead of the host name")
-	fs.StringVar(&c.ClusterCIDR, "cluster-cidr", c.ClusterCIDR, "comma-separated pod CIDRs, both families (for --detect-local-mode ClusterCIDR)")
-	fs.StringVar(&c.ServiceCIDR, "service-cidr", c.ServiceCIDR, "comma-separated Service CIDRs, both families: traffic to unallocated ClusterIPs in them is dropped")
-	fs.StringVar(&c.DetectLocalMode, "detect-local-mode", c.DetectLocalMode, "how pod traffic is told apart: ClusterCIDR or InterfaceNamePrefix")
-	fs.StringVar(&c.PodInterfaceNamePrefix, "pod-interface-name-prefix", c.PodInterfaceNamePrefix, "pod interface name prefix, for --detect-local-mode InterfaceNamePrefix")
-	fs.Var((*stringList)(&c.NodePortAddresses), "nodeport-addresses", "comma-separated CIDRs: NodePorts are served only on node addresses inside them (default all)")
-	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", c.MasqueradeAll, "masquerade all traffic to Service ClusterIPs")
+	c.Options.AddFlags(fs)
 	fs.StringVar(&c.SyncPeriod, "sync-period", c.SyncPeriod, "period of the full resync that repairs the tables")
 	fs.StringVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time between two syncs")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "host:port of /healthz and /livez (empty disables)")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port of /metrics (empty disables)")
-	fs.StringVar(&c.TableName, "table-name", c.TableName, "name of nftproxy's table in each family")
 	fs.IntVar(&c.Verbosity, "v", c.Verbosity, "log verbosity: 2 and more log at debug level")
 	return fs
-}
-
-// stringList is a flag.Value for a comma-separated list.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(v string) error {
-	*l = nil
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
-		}
-	}
-	return nil
 }
 
 // loadConfig parses the command line and the configuration file it names (flags
@@ -213,14 +173,14 @@ type helpError struct{ usage string }
 func (e helpError) Error() string        { return e.usage }
 func (e helpError) Is(target error) bool { return target == flag.ErrHelp }
 
-// loadFile decodes the configuration file at path over cfg, strictly: an unknown or
-// duplicate field is an error.
+// loadFile decodes the configuration file at path over cfg, strictly: an unknown,
+// wrongly-cased or duplicate field is an error.
 func loadFile(path string, cfg *Configuration) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
-	if err := yaml.UnmarshalStrict(data, cfg); err != nil {
+	if err := ruleset.DecodeStrict(data, cfg); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
 	if cfg.APIVersion != ConfigAPIVersion {
@@ -241,36 +201,11 @@ func fieldError(field, flagName, format string, args ...any) error {
 func (c Configuration) options() (*Options, error) {
 	var errs []error
 	o := &Options{Kubeconfig: c.Kubeconfig, Master: c.Master, MetricsBindAddress: c.MetricsBindAddress, HealthzBindAddress: c.HealthzBindAddress}
-	rc := ruleset.Config{Table: c.TableName, MasqueradeAll: c.MasqueradeAll, InterfacePrefix: c.PodInterfaceNamePrefix}
-	var err error
-	if rc.ClusterCIDRs, err = parseCIDRs(strings.Split(c.ClusterCIDR, ",")); err != nil {
-		errs = append(errs, fieldError("clusterCIDR", "cluster-cidr", "%v", err))
+	rc, warnings, err := c.Options.Config()
+	if err != nil {
+		errs = append(errs, err)
 	}
-	if rc.ServiceCIDRs, err = parseCIDRs(strings.Split(c.ServiceCIDR, ",")); err != nil {
-		errs = append(errs, fieldError("serviceCIDR", "service-cidr", "%v", err))
-	}
-	if rc.NodePortAddresses, err = parseCIDRs(c.NodePortAddresses); err != nil {
-		errs = append(errs, fieldError("nodePortAddresses", "nodeport-addresses", "%v", err))
-	}
-	switch ruleset.LocalMode(c.DetectLocalMode) {
-	case ruleset.LocalClusterCIDR:
-		rc.LocalMode = ruleset.LocalClusterCIDR
-		if c.ClusterCIDR == "" {
-			// As kube-proxy: without a cluster CIDR no traffic is detected as local.
-			rc.LocalMode = ruleset.LocalNone
-			o.Warnings = append(o.Warnings, "detectLocalMode is ClusterCIDR but no clusterCIDR is set: no traffic is treated as pod traffic")
-		}
-	case ruleset.LocalInterfacePrefix:
-		rc.LocalMode = ruleset.LocalInterfacePrefix
-		if c.PodInterfaceNamePrefix == "" {
-			errs = append(errs, fieldError("podInterfaceNamePrefix", "pod-interface-name-prefix", "required when detectLocalMode is InterfaceNamePrefix"))
-		}
-	default:
-		errs = append(errs, fieldError("detectLocalMode", "detect-local-mode", "%q: want ClusterCIDR or InterfaceNamePrefix", c.DetectLocalMode))
-	}
-	if c.TableName == "" || strings.ContainsAny(c.TableName, " \t\n;{}\"") {
-		errs = append(errs, fieldError("tableName", "table-name", "%q is not a usable table name", c.TableName))
-	}
+	o.Ruleset, o.Warnings = rc, warnings
 	if o.SyncPeriod, err = parseDuration(c.SyncPeriod, false); err != nil {
 		errs = append(errs, fieldError("syncPeriod", "sync-period", "%v", err))
 	}
@@ -292,34 +227,10 @@ func (c Configuration) options() (*Options, error) {
 	if o.NodeName, err = nodeName(c.HostnameOverride); err != nil {
 		errs = append(errs, fieldError("hostnameOverride", "hostname-override", "%v", err))
 	}
-	rc.Defaults()
-	if len(errs) == 0 {
-		if err := rc.Validate(); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("invalid configuration: %w", errors.Join(errs...))
 	}
-	o.Ruleset = rc
 	return o, nil
-}
-
-// parseCIDRs parses CIDRs, skipping empty entries.
-func parseCIDRs(ss []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range ss {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("invalid CIDR %q", s)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 // parseDuration parses a positive duration (or zero, when zeroOK).

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -142,7 +143,7 @@ func TestBadConfigNamesTheField(t *testing.T) {
 		{"bad CIDR flag", "", []string{"--service-cidr=172.30.0.0/16,nonsense"}, []string{`serviceCIDR (--service-cidr): invalid CIDR "nonsense"`}},
 		{"bad nodeport address", "", []string{"--nodeport-addresses=primary"}, []string{`nodePortAddresses (--nodeport-addresses): invalid CIDR "primary"`}},
 		{"bad mode", "", []string{"--detect-local-mode=NodeCIDR"}, []string{`detectLocalMode (--detect-local-mode): "NodeCIDR"`}},
-		{"missing prefix", "", []string{"--detect-local-mode=InterfaceNamePrefix"}, []string{"podInterfaceNamePrefix (--pod-interface-name-prefix): required"}},
+		{"missing prefix", "", []string{"--detect-local-mode=InterfaceNamePrefix"}, []string{"detectLocal.interfaceNamePrefix (--pod-interface-name-prefix): required"}},
 		{"bad duration", header + "syncPeriod: soon\n", nil, []string{`syncPeriod (--sync-period): invalid duration "soon"`}},
 		{"zero sync period", "", []string{"--sync-period=0s"}, []string{"syncPeriod (--sync-period)", "positive"}},
 		{"negative min sync period", "", []string{"--min-sync-period=-1s"}, []string{"minSyncPeriod (--min-sync-period)"}},
@@ -188,5 +189,74 @@ func TestExampleConfigLoads(t *testing.T) {
 	if o.NodeName != "node-a" || o.Ruleset.LocalMode != ruleset.LocalClusterCIDR || len(o.Ruleset.ClusterCIDRs) != 2 ||
 		len(o.Ruleset.ServiceCIDRs) != 2 || o.LogLevel != slog.LevelDebug {
 		t.Errorf("example config gives %+v", o)
+	}
+}
+
+// rulesetFragment sets every ruleset field; rulesetFlags are the same settings as
+// flags.
+const rulesetFragment = `clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+serviceCIDR: 10.96.0.0/12
+detectLocalMode: InterfaceNamePrefix
+detectLocal: {interfaceNamePrefix: cali}
+nodePortAddresses: [192.168.0.0/24]
+masqueradeAll: true
+masqueradeBit: 9
+tableName: kp
+`
+
+var rulesetFlags = []string{"--cluster-cidr=10.244.0.0/16,fd00:10:244::/56", "--service-cidr=10.96.0.0/12",
+	"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=cali", "--nodeport-addresses=192.168.0.0/24",
+	"--masquerade-all", "--iptables-masquerade-bit=9", "--table-name=kp"}
+
+// TestRulesetConfigIsOptions: the daemon's file and flags give the Config that
+// ruleset.Options gives for the same settings, the one nftrace and the feature
+// scenarios use.
+func TestRulesetConfigIsOptions(t *testing.T) {
+	ro, err := ruleset.DecodeOptions([]byte(rulesetFragment))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := ro.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want.LocalMode != ruleset.LocalInterfacePrefix || want.InterfacePrefix != "cali" || want.MasqueradeBit != 9 {
+		t.Fatalf("ruleset.Options gives %+v", want)
+	}
+	fromFile := mustLoad(t, "--hostname-override=n", "--config", writeConfig(t, "apiVersion: nftproxy.io/v1alpha1\nkind: NftproxyConfiguration\n"+rulesetFragment))
+	fromFlags := mustLoad(t, append([]string{"--hostname-override=n"}, rulesetFlags...)...)
+	for name, o := range map[string]*Options{"file": fromFile, "flags": fromFlags} {
+		if !reflect.DeepEqual(o.Ruleset, want) {
+			t.Errorf("%s: ruleset config %+v, want %+v", name, o.Ruleset, want)
+		}
+		if len(o.Warnings) != 0 {
+			t.Errorf("%s: warnings %q, want none", name, o.Warnings)
+		}
+	}
+}
+
+func TestUnsetCIDRsWarning(t *testing.T) {
+	o := mustLoad(t, "--hostname-override=n")
+	if len(o.Warnings) != 1 || !strings.Contains(o.Warnings[0], "clusterCIDR") || !strings.Contains(o.Warnings[0], "serviceCIDR") {
+		t.Errorf("warnings %q, want one naming clusterCIDR and serviceCIDR", o.Warnings)
+	}
+	o = mustLoad(t, "--hostname-override=n", "--cluster-cidr=10.0.0.0/8")
+	if o.Ruleset.LocalMode != ruleset.LocalClusterCIDR || len(o.Warnings) != 1 || strings.Contains(o.Warnings[0], "clusterCIDR") {
+		t.Errorf("with a cluster CIDR: mode %q, warnings %q; want ClusterCIDR and a warning on serviceCIDR only", o.Ruleset.LocalMode, o.Warnings)
+	}
+}
+
+func TestFileFieldsAreCaseSensitive(t *testing.T) {
+	header := "apiVersion: nftproxy.io/v1alpha1\nkind: NftproxyConfiguration\n"
+	for body, want := range map[string]string{
+		"ClusterCIDR: 10.0.0.0/8\n":               `unknown field "ClusterCIDR"`,
+		"syncperiod: 10s\n":                       `unknown field "syncperiod"`,
+		"detectLocal: {interfacenameprefix: x}\n": `unknown field "detectLocal.interfacenameprefix"`,
+		"podInterfaceNamePrefix: cali\n":          `unknown field "podInterfaceNamePrefix"`,
+	} {
+		_, err := loadConfig([]string{"--hostname-override=n", "--config", writeConfig(t, header+body)})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one containing %s", body, err, want)
+		}
 	}
 }

@@ -20,6 +20,9 @@ pins: what the kernel backend observes
 node:
   addresses: [192.168.0.10, fd00:168::10]
   podCIDRs: [10.1.0.0/16, "fd00:1::/64"]
+config:
+  clusterCIDR: 10.0.0.0/8,fd00::/28
+  serviceCIDR: 172.30.0.0/16,fd00:30::/108
 cluster: |
   apiVersion: v1
   kind: Service

@@ -88,7 +88,7 @@ var labLinks = []string{"lo", "eth0", "eth1", "void0", "eth0-peer", "void0-peer"
 //     origin says; the client gets, for each address outside the node's subnets, a subnet
 //     of its own in which the node has a helper address, and an address in the node's first
 //     subnet of each family for its default route;
-//   - pod interfaces are named with the config's podInterfaceNamePrefix when it has one.
+//   - pod interfaces are named with the config's detectLocal.interfaceNamePrefix when it has one.
 func Derive(sc *features.Scenario) (*Topology, error) {
 	inv, err := takeInventory(sc)
 	if err != nil {
@@ -103,7 +103,7 @@ func Derive(sc *features.Scenario) (*Topology, error) {
 	prefix := sc.Config.InterfacePrefix
 	for _, l := range labLinks {
 		if prefix != "" && strings.HasPrefix(l, prefix) {
-			return nil, fmt.Errorf("%s: config podInterfaceNamePrefix %q matches the lab's interface %s", sc.File, prefix, l)
+			return nil, fmt.Errorf("%s: config detectLocal.interfaceNamePrefix %q matches the lab's interface %s", sc.File, prefix, l)
 		}
 	}
 	t.Spec.VethPrefix = prefix

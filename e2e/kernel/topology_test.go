@@ -60,6 +60,9 @@ node:
   name: node-a
   addresses: [192.168.0.10, 192.168.1.10]
   podCIDRs: [10.1.0.0/16]
+config:
+  clusterCIDR: 10.0.0.0/8,fd00::/28
+  serviceCIDR: 172.30.0.0/16,fd00:30::/108
 cluster: |
   apiVersion: v1
   kind: Service
@@ -176,8 +179,9 @@ node:
   addresses: [192.168.0.10, fd00:168::10]
   podCIDRs: [10.1.0.0/16, "fd00:1::/64"]
 config:
-  podInterfaceNamePrefix: cali
+  detectLocal: {interfaceNamePrefix: cali}
   detectLocalMode: InterfaceNamePrefix
+  serviceCIDR: 172.30.0.0/16,fd00:30::/108
 cluster: |
   apiVersion: v1
   kind: Service
@@ -238,9 +242,9 @@ func TestDeriveDualStack(t *testing.T) {
 }
 
 func TestDeriveRejectsInterfacePrefixOfLabLinks(t *testing.T) {
-	sc := parse(t, strings.Replace(dualStackScenario, "podInterfaceNamePrefix: cali", "podInterfaceNamePrefix: eth", 1))
+	sc := parse(t, strings.Replace(dualStackScenario, "interfaceNamePrefix: cali", "interfaceNamePrefix: eth", 1))
 	_, err := Derive(sc)
-	if err == nil || !strings.Contains(err.Error(), `podInterfaceNamePrefix "eth"`) {
+	if err == nil || !strings.Contains(err.Error(), `detectLocal.interfaceNamePrefix "eth"`) {
 		t.Fatalf("Derive = %v, want an error naming the prefix", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // DefaultTable is the name of the proxier's table in each family.
@@ -13,11 +14,13 @@ const DefaultTable = "nftproxy"
 const DefaultMasqueradeBit = 14
 
 // LocalMode says how traffic from this node's pods is told apart from other traffic.
+// The values are kube-proxy's detectLocalMode names.
 type LocalMode string
 
 // The local-traffic detectors.
 const (
-	// LocalNone treats no traffic as pod traffic.
+	// LocalNone treats no traffic as pod traffic. Options.Config resolves
+	// detectLocalMode ClusterCIDR without a clusterCIDR to it, with a warning.
 	LocalNone LocalMode = ""
 	// LocalClusterCIDR treats sources in Config.ClusterCIDRs as pod traffic.
 	LocalClusterCIDR LocalMode = "ClusterCIDR"
@@ -26,26 +29,33 @@ const (
 	LocalInterfacePrefix LocalMode = "InterfaceNamePrefix"
 )
 
-// Config holds every knob of the ruleset. The zero value, after Defaults, is usable.
+// Config holds every knob of the ruleset, resolved: Options is how people write it
+// (configuration file fields and flags), and Options.Config the one way from there
+// to here. The zero value, after Defaults, is usable: it detects no pod traffic and
+// drops no unallocated service address. Errors of Validate name the fields as
+// Options spells them (the Options field of each is given below).
 type Config struct {
-	// Table is the table name used in each family (default "nftproxy").
+	// Table is the table name used in each family (tableName; default "nftproxy").
 	Table string
-	// LocalMode selects the pod-traffic detector.
+	// LocalMode selects the pod-traffic detector (detectLocalMode).
 	LocalMode LocalMode
-	// ClusterCIDRs are the pod CIDRs (either family), used by LocalClusterCIDR.
+	// ClusterCIDRs are the pod CIDRs, either family (clusterCIDR), used by
+	// LocalClusterCIDR.
 	ClusterCIDRs []netip.Prefix
-	// InterfacePrefix is the pod interface name prefix, used by LocalInterfacePrefix.
+	// InterfacePrefix is the pod interface name prefix, used by LocalInterfacePrefix
+	// (detectLocal.interfaceNamePrefix).
 	InterfacePrefix string
-	// MasqueradeAll masquerades all traffic to ClusterIPs.
+	// MasqueradeAll masquerades all traffic to ClusterIPs (masqueradeAll).
 	MasqueradeAll bool
-	// MasqueradeBit is the mark bit that requests masquerading (default 14).
+	// MasqueradeBit is the mark bit that requests masquerading (masqueradeBit;
+	// default 14). Zero stands for unset.
 	MasqueradeBit int
 	// NodePortAddresses restricts NodePorts to node addresses inside these prefixes,
 	// per family: a family without a prefix here uses all of the node's addresses of
-	// that family (as kube-proxy does). Loopback addresses never serve NodePorts.
+	// that family (nodePortAddresses). Loopback addresses never serve NodePorts.
 	NodePortAddresses []netip.Prefix
-	// ServiceCIDRs are the ranges ClusterIPs are allocated from; traffic to an
-	// unallocated address in them is dropped.
+	// ServiceCIDRs are the ranges ClusterIPs are allocated from (serviceCIDR);
+	// traffic to an unallocated address in them is dropped.
 	ServiceCIDRs []netip.Prefix
 }
 
@@ -59,29 +69,42 @@ func (c *Config) Defaults() {
 	}
 }
 
-// Validate reports every invalid field of c.
+// Validate reports every invalid field of c, each as a *FieldError.
 func (c *Config) Validate() error {
 	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Err: fmt.Errorf(format, args...)})
+	}
 	switch c.LocalMode {
 	case LocalNone:
 	case LocalClusterCIDR:
 		if len(c.ClusterCIDRs) == 0 {
-			errs = append(errs, errors.New("config: localMode ClusterCIDR needs clusterCIDRs"))
+			bad(fieldClusterCIDR, "required when detectLocalMode is ClusterCIDR")
 		}
 	case LocalInterfacePrefix:
 		if c.InterfacePrefix == "" {
-			errs = append(errs, errors.New("config: localMode InterfaceNamePrefix needs interfacePrefix"))
+			bad(fieldInterfaceNamePrefix, "required when detectLocalMode is InterfaceNamePrefix")
 		}
+	case "NodeCIDR", "BridgeInterface":
+		// kube-proxy's other detectors: named apart so that a kube-proxy
+		// configuration is told what is missing rather than that it is wrong.
+		bad(fieldDetectLocalMode, "%q: not supported yet; want ClusterCIDR or InterfaceNamePrefix", c.LocalMode)
 	default:
-		errs = append(errs, fmt.Errorf("config: localMode %q: want ClusterCIDR or InterfaceNamePrefix", c.LocalMode))
+		bad(fieldDetectLocalMode, "%q: want ClusterCIDR or InterfaceNamePrefix", c.LocalMode)
 	}
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
-		errs = append(errs, fmt.Errorf("config: masqueradeBit %d: want 0..31", c.MasqueradeBit))
+		bad(fieldMasqueradeBit, "%d: want 1..31", c.MasqueradeBit)
 	}
-	for field, ps := range map[string][]netip.Prefix{"clusterCIDRs": c.ClusterCIDRs, "nodePortAddresses": c.NodePortAddresses, "serviceCIDRs": c.ServiceCIDRs} {
-		for _, p := range ps {
+	if c.Table == "" || strings.ContainsAny(c.Table, " \t\n;{}\"") {
+		bad(fieldTableName, "%q is not a usable table name", c.Table)
+	}
+	for _, f := range []struct {
+		field string
+		ps    []netip.Prefix
+	}{{fieldClusterCIDR, c.ClusterCIDRs}, {fieldNodePortAddresses, c.NodePortAddresses}, {fieldServiceCIDR, c.ServiceCIDRs}} {
+		for _, p := range f.ps {
 			if !p.IsValid() {
-				errs = append(errs, fmt.Errorf("config: %s: invalid prefix %v", field, p))
+				bad(f.field, "invalid prefix %v", p)
 			}
 		}
 	}

@@ -41,7 +41,10 @@ type options struct {
 	jsonOut      bool
 	color        string
 	printRuleset bool
-	cfg          ruleset.Config
+	// cfg is the ruleset configuration for --cluster, from the same flags as the
+	// daemon's; warnings say what it leaves unknown (printed with --cluster).
+	cfg      ruleset.Config
+	warnings []string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
@@ -61,48 +64,17 @@ func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
 		fmt.Fprintf(stderr, "PACKET is e.g. 'tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0' or 'udp [fd00::5]:53000 -> [fd00::10]:53'.\n\n")
 		fs.PrintDefaults()
 	}
-	clusterCIDR := fs.String("cluster-cidr", "10.0.0.0/8,fd00::/28", "pod CIDRs, comma separated (traffic from elsewhere to a ClusterIP is masqueraded)")
-	serviceCIDR := fs.String("service-cidr", "172.30.0.0/16,fd00:30::/108", "service CIDRs, comma separated (unallocated addresses are dropped)")
-	nodePortAddrs := fs.String("nodeport-addresses", "", "CIDRs of node addresses that serve NodePorts (default: all node addresses)")
-	detect := fs.String("detect-local-mode", string(ruleset.LocalClusterCIDR), "how pod traffic is recognised: ClusterCIDR or InterfaceNamePrefix")
-	fs.StringVar(&o.cfg.InterfacePrefix, "pod-interface-name-prefix", "", "pod interface prefix for --detect-local-mode=InterfaceNamePrefix")
-	fs.BoolVar(&o.cfg.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to ClusterIPs")
+	var rs ruleset.Options
+	rs.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	o.cfg.LocalMode = ruleset.LocalMode(*detect)
-	var errs []error
-	for _, f := range []struct {
-		name string
-		val  string
-		dst  *[]netip.Prefix
-	}{{"cluster-cidr", *clusterCIDR, &o.cfg.ClusterCIDRs}, {"service-cidr", *serviceCIDR, &o.cfg.ServiceCIDRs}, {"nodeport-addresses", *nodePortAddrs, &o.cfg.NodePortAddresses}} {
-		ps, err := parsePrefixes(f.val)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--%s: %w", f.name, err))
-		}
-		*f.dst = ps
+	cfg, warnings, err := rs.Config()
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
 	}
-	o.cfg.Defaults()
-	if err := o.cfg.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return o, fs.Args(), errors.Join(errs...)
-}
-
-func parsePrefixes(s string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(f)
-		if err != nil {
-			return nil, fmt.Errorf("invalid CIDR %q", f)
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	o.cfg, o.warnings = cfg, warnings
+	return o, fs.Args(), nil
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -178,6 +150,9 @@ func parseAddrs(s string) ([]netip.Addr, error) {
 func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, error) {
 	switch {
 	case o.cluster != "":
+		for _, w := range o.warnings {
+			fmt.Fprintf(stderr, "nftrace: warning: %s\n", w)
+		}
 		fakes, node, err := buildCluster(o, stderr)
 		if err != nil {
 			return nil, nil, err

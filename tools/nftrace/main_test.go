@@ -3,16 +3,23 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/nftproxy/nftproxy/internal/testenv"
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
 const cluster = "../../examples/cluster.yaml"
+
+// exampleCIDRs are the pod and Service CIDRs of the example cluster (stated in its
+// header): nftrace assumes none.
+var exampleCIDRs = []string{"--cluster-cidr", "10.0.0.0/8,fd00::/28", "--service-cidr", "172.30.0.0/16,fd00:30::/108"}
 
 func runJSON(t *testing.T, args ...string) []Result {
 	t.Helper()
@@ -41,11 +48,11 @@ func addrs(r Result) map[string]float64 {
 }
 
 func TestClusterTraceJSON(t *testing.T) {
-	res := runJSON(t, "--cluster", cluster,
+	res := runJSON(t, append(exampleCIDRs, "--cluster", cluster,
 		"tcp 10.1.0.9:40000 -> 172.30.0.10:80 iif veth1",
 		"tcp 10.1.0.9:40001 -> 172.30.0.10:81 iif veth1",
 		"tcp 192.168.0.10:40002 -> 172.30.0.10:80",
-	)
+	)...)
 	if len(res) != 3 {
 		t.Fatalf("got %d results, want 3", len(res))
 	}
@@ -122,7 +129,7 @@ func TestBadInputNamesTheProblem(t *testing.T) {
 		{[]string{"tcp 10.0.0.1:1 -> 10.0.0.2:2"}, "give exactly one of --cluster"},
 		{[]string{"--cluster", cluster}, "no packet to trace"},
 		{[]string{"--cluster", "does-not-exist.yaml", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, "does-not-exist.yaml"},
-		{[]string{"--cluster", cluster, "--cluster-cidr", "10.0.0.0/33", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `--cluster-cidr: invalid CIDR "10.0.0.0/33"`},
+		{[]string{"--cluster", cluster, "--cluster-cidr", "10.0.0.0/33", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `clusterCIDR (--cluster-cidr): invalid CIDR "10.0.0.0/33"`},
 		{[]string{"--cluster", cluster, "--local", "1.2.3", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, `--local: invalid address "1.2.3"`},
 	} {
 		var out, errb bytes.Buffer
@@ -161,5 +168,65 @@ func TestLive(t *testing.T) {
 	}
 	if len(r.Endpoints) != 1 || r.Endpoints[0].Address != "10.1.0.7:8080" {
 		t.Errorf("live trace endpoints = %v; want 10.1.0.7:8080", r.Endpoints)
+	}
+}
+
+// TestNoAssumedCIDRs: without --cluster-cidr and --service-cidr nftrace builds
+// with no pod-traffic detector and no service-CIDR drop, and says so.
+func TestNoAssumedCIDRs(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run([]string{"--cluster", cluster, "--print-ruleset"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if w := errb.String(); !strings.Contains(w, "nftrace: warning: not set: clusterCIDR") || !strings.Contains(w, "serviceCIDR") {
+		t.Errorf("stderr %q, want a warning naming clusterCIDR and serviceCIDR", w)
+	}
+	for _, cidr := range []string{"10.0.0.0/8", "172.30.0.0/16", "fd00::/28", "fd00:30::/108"} {
+		if strings.Contains(out.String(), cidr) {
+			t.Errorf("ruleset built without CIDR flags mentions %s", cidr)
+		}
+	}
+	out.Reset()
+	errb.Reset()
+	if err := run(append(exampleCIDRs, "--cluster", cluster, "--print-ruleset"), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if errb.Len() != 0 {
+		t.Errorf("stderr %q with both CIDRs given, want nothing", errb.String())
+	}
+	for _, cidr := range []string{"10.0.0.0/8", "172.30.0.0/16"} {
+		if !strings.Contains(out.String(), cidr) {
+			t.Errorf("ruleset built with the CIDR flags lacks %s", cidr)
+		}
+	}
+}
+
+// TestFlagsGiveTheDaemonsConfig: nftrace's ruleset flags are ruleset.Options',
+// giving the Config the daemon and the feature scenarios get for the same settings.
+func TestFlagsGiveTheDaemonsConfig(t *testing.T) {
+	ro, err := ruleset.DecodeOptions([]byte(`clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+serviceCIDR: 10.96.0.0/12
+detectLocalMode: InterfaceNamePrefix
+detectLocal: {interfaceNamePrefix: cali}
+nodePortAddresses: [192.168.0.0/24]
+masqueradeAll: true
+masqueradeBit: 9
+tableName: kp
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := ro.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := parseFlags([]string{"--cluster-cidr=10.244.0.0/16,fd00:10:244::/56", "--service-cidr=10.96.0.0/12",
+		"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=cali", "--nodeport-addresses=192.168.0.0/24",
+		"--masquerade-all", "--iptables-masquerade-bit=9", "--table-name=kp"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.cfg, want) || len(o.warnings) != 0 {
+		t.Errorf("nftrace config %+v (warnings %q), want %+v", o.cfg, o.warnings, want)
 	}
 }
