@@ -90,6 +90,11 @@ type Config struct {
 	// Conntrack, when set, deletes stale UDP conntrack entries after every
 	// successful sync.
 	Conntrack ConntrackCleaner
+	// OnSynced, when set, is called after each family's successful sync with the
+	// ruleset its table now holds and what the sync did: the feature suites replay
+	// the sync's affinity moves in the simulator's runtime, which holds the records
+	// packets made, and check which writer carried each sync.
+	OnSynced func(family knftables.Family, applied *ruleset.Ruleset, res syncer.Result)
 	// OnChange is called after every event the proxier receives (the daemon passes
 	// the runner's Run); nil means syncs happen only when Sync is called.
 	OnChange func()

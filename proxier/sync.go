@@ -1,6 +1,7 @@
 package proxier
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,7 +94,11 @@ func (p *Proxier) apply(ctx context.Context, st *state.ClusterState) (anyFull bo
 			errs = append(errs, err)
 			continue
 		}
-		p.metrics.TableObjects.WithLabelValues(string(fam)).Set(float64(p.syncers[fam].Applied().NumObjects()))
+		applied := p.syncers[fam].Applied()
+		p.metrics.TableObjects.WithLabelValues(string(fam)).Set(float64(applied.NumObjects()))
+		if p.cfg.OnSynced != nil {
+			p.cfg.OnSynced(fam, applied, res)
+		}
 		p.log.Debug("synced", "family", string(fam), "full", res.Full, "operations", res.Operations, "netlink_elements", res.NetlinkElements)
 	}
 	if len(errs) > 0 {
@@ -119,6 +124,9 @@ func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state
 	p.built[fam] = true
 	adopt, err := s.Sync(ctx, rs)
 	res.Operations += adopt.Operations
+	res.NetlinkElements += adopt.NetlinkElements
+	res.Deleted = res.Deleted || adopt.Deleted
+	res.Fallback = cmp.Or(res.Fallback, adopt.Fallback)
 	res.AffinityMoves = append(res.AffinityMoves, adopt.AffinityMoves...)
 	return res, err
 }
