@@ -261,3 +261,29 @@ func withoutLocalEndpoints(st *state.ClusterState) (internal, external int) {
 	}
 	return internal, external
 }
+
+// Tidy removes from every family's table the emptied objects incremental syncs
+// kept (see syncer.WithKeepLimit), so that each table holds exactly the ruleset its
+// last sync applied, without rewriting the rest as a full sync would.
+func (p *Proxier) Tidy(ctx context.Context) error {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	var errs []error
+	for _, fam := range p.families {
+		if _, err := p.syncers[fam].Tidy(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("tidy table %s %s: %w", fam, p.cfg.Ruleset.Table, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Applied returns the ruleset the last successful sync of family wrote, or nil
+// before one (or for a family the Proxier does not program).
+func (p *Proxier) Applied(family knftables.Family) *ruleset.Ruleset {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	if s := p.syncers[family]; s != nil {
+		return s.Applied()
+	}
+	return nil
+}
