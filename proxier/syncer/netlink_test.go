@@ -229,7 +229,7 @@ func TestKernelNetlinkResync(t *testing.T) {
 	name := state.ServiceName{Namespace: "ns", Name: "svc-7"}
 	setEndpoints(st, name, 7, 23)
 	rs, d = b.Update(st, map[state.ServiceName]bool{name: true})
-	before := structureOf(rs)
+	before := s.structureOf(rs)
 	s.RequestFullSync()
 	if res, err := s.Apply(ctx, rs, d); err != nil || !res.Full || res.NetlinkElements != 0 {
 		t.Fatalf("full sync that changes rules: %+v, %v; want it all through nft", res, err)

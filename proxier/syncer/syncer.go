@@ -45,7 +45,7 @@ type Syncer struct {
 	// nft); it is dropped after a batch fails.
 	transport Transport
 	// structure identifies the table's chains, rules, sets and maps (not elements)
-	// as of the last successful sync, or is "" when unknown (see structureOf).
+	// as of the last successful sync, or is "" when unknown (see Syncer.structureOf).
 	structure string
 }
 
@@ -223,7 +223,7 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *cha
 	}
 	s.applied = desired
 	if s.transport != nil && (len(delta.Chains) > 0 || len(delta.Sets) > 0 || len(delta.Maps) > 0) {
-		s.structure = structureOf(desired)
+		s.structure = s.structureOf(desired)
 	}
 	for name, c := range delta.Sets {
 		if c.New == nil {
@@ -316,7 +316,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	var conts []*container
 	var structure string
 	if s.transport != nil {
-		structure = structureOf(desired)
+		structure = s.structureOf(desired)
 		if len(existing["chain"]) == 0 || s.structure == structure {
 			conts = netlinkContainers(desired)
 		}
@@ -388,12 +388,13 @@ func (s *Syncer) listExisting(ctx context.Context, desired *ruleset.Ruleset) (ma
 }
 
 // structureOf identifies the chains, rules, sets and maps of rs, leaving out the
-// elements: a digest of the nft commands that create them. It costs O(chains +
-// rules + sets + maps), which does not grow with the number of Services.
-func structureOf(rs *ruleset.Ruleset) string {
+// elements: a digest of the nft commands that create them, as the Syncer's nft
+// renders them (a transaction that is never run). It costs O(chains + rules + sets
+// + maps), which does not grow with the number of Services.
+func (s *Syncer) structureOf(rs *ruleset.Ruleset) string {
 	bare := *rs
 	bare.Elements = nil
-	tx := knftables.NewFake(rs.Family, rs.Table).NewTransaction()
+	tx := s.nft.NewTransaction()
 	bare.AddTo(tx)
 	sum := sha256.Sum256([]byte(tx.String()))
 	return string(sum[:])
