@@ -4,6 +4,8 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -13,11 +15,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/packet"
+	"github.com/nftproxy/nftproxy/proxier"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
@@ -153,7 +157,7 @@ func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, err
 		for _, w := range o.warnings {
 			fmt.Fprintf(stderr, "nftrace: warning: %s\n", w)
 		}
-		fakes, node, err := buildCluster(o, stderr)
+		fakes, node, err := buildCluster(o, stderr, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -219,24 +223,90 @@ func loadLive() (*sim.Program, []netip.Addr, error) {
 	return prog, local, nil
 }
 
-// buildCluster loads the cluster file and syncs the ruleset for each family into a
-// knftables.Fake through the production Syncer. Invalid objects are reported on
-// stderr and skipped.
-func buildCluster(o *options, stderr io.Writer) ([]*knftables.Fake, state.Node, error) {
-	st, objErrs, err := state.LoadClusterFile(o.cluster, o.node)
+// buildCluster builds the tables of the cluster file's node as the daemon does: the
+// file's objects go into a proxier.Proxier, whose first sync writes each family's
+// table into a knftables.Fake through its nft writer and, over netlink batches
+// decoded back into operations, its element writer. Invalid objects are reported on
+// stderr and skipped. onSynced, when not nil, is the Proxier's Config.OnSynced.
+func buildCluster(o *options, stderr io.Writer, onSynced func(knftables.Family, *ruleset.Ruleset, syncer.Result)) ([]*knftables.Fake, state.Node, error) {
+	data, err := os.ReadFile(o.cluster)
+	if err != nil {
+		return nil, state.Node{}, fmt.Errorf("cluster file: %w", err)
+	}
+	nodeName, err := clusterNode(data, o)
+	if err != nil {
+		return nil, state.Node{}, err
+	}
+	fakes := map[knftables.Family]*knftables.Fake{}
+	p, err := proxier.New(proxier.Config{
+		NodeName: nodeName,
+		Ruleset:  o.cfg,
+		Families: []knftables.Family{knftables.IPv4Family, knftables.IPv6Family},
+		NewNFT: func(fam knftables.Family, table string) (knftables.Interface, error) {
+			fakes[fam] = knftables.NewFake(fam, table)
+			return fakes[fam], nil
+		},
+		Netlink: func(_ knftables.Family, nft knftables.Interface) syncer.Transport {
+			return syncer.DecodedNetlink(nft)
+		},
+		OnSynced: onSynced,
+	})
+	if err != nil {
+		return nil, state.Node{}, err
+	}
+	objErrs, err := p.Tracker().ApplyYAML(data, o.cluster)
 	if err != nil {
 		return nil, state.Node{}, err
 	}
 	for _, e := range objErrs {
 		fmt.Fprintf(stderr, "nftrace: skipped: %v\n", e)
 	}
-	var fakes []*knftables.Fake
-	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		f := knftables.NewFake(fam, o.cfg.Table)
-		if _, err := syncer.New(f).Sync(context.Background(), ruleset.Build(st, o.cfg, fam)); err != nil {
-			return nil, state.Node{}, fmt.Errorf("syncing the %s ruleset: %w", fam, err)
-		}
-		fakes = append(fakes, f)
+	if err := p.Sync(context.Background()); err != nil {
+		return nil, state.Node{}, fmt.Errorf("syncing the ruleset of %s: %w", o.cluster, err)
 	}
-	return fakes, st.Node, nil
+	var out []*knftables.Fake
+	for _, fam := range p.Families() {
+		sortElements(fakes[fam])
+		out = append(out, fakes[fam])
+	}
+	return out, p.Tracker().State().Node, nil
+}
+
+// sortElements orders the elements of every set and map of f by key, the order in
+// which ruleset.Ruleset.AddTo queues them. A Fake keeps elements in the order they
+// were added, and a netlink batch adds them in no particular order (as the kernel
+// keeps its own); sorted, the printed ruleset and the traces are the same from one
+// run to the next.
+func sortElements(f *knftables.Fake) {
+	if f.Table == nil {
+		return
+	}
+	byKey := func(a, b *knftables.Element) int {
+		return strings.Compare(ruleset.ElementKey(a), ruleset.ElementKey(b))
+	}
+	for _, set := range f.Table.Sets {
+		slices.SortFunc(set.Elements, byKey)
+	}
+	for _, m := range f.Table.Maps {
+		slices.SortFunc(m.Elements, byKey)
+	}
+}
+
+// noNode names the node of a cluster file that has no Node, when --node names
+// none: a Proxier needs a name, and this one is no Kubernetes name (not a DNS
+// subdomain), so that no endpoint is local, as on a node without a name.
+const noNode = "<no node>"
+
+// clusterNode returns the name of the node whose tables are built: --node, else the
+// only Node of the cluster file (state.LoadCluster chooses it, and refuses a file
+// of several Nodes), else noNode.
+func clusterNode(data []byte, o *options) (string, error) {
+	if o.node != "" {
+		return o.node, nil
+	}
+	st, _, err := state.LoadCluster(bytes.NewReader(data), o.cluster, "")
+	if err != nil {
+		return "", err
+	}
+	return cmp.Or(st.Node.Name, noNode), nil
 }

@@ -27,8 +27,14 @@ func runJSON(t *testing.T, args ...string) []Result {
 	if err := run(append([]string{"--json"}, args...), &out, &errb); err != nil {
 		t.Fatalf("nftrace %v: %v\nstderr: %s", args, err, errb.String())
 	}
+	return decodeResults(t, &out)
+}
+
+// decodeResults decodes the --json output in out.
+func decodeResults(t *testing.T, out io.Reader) []Result {
+	t.Helper()
 	var res []Result
-	dec := json.NewDecoder(&out)
+	dec := json.NewDecoder(out)
 	for dec.More() {
 		var r Result
 		if err := dec.Decode(&r); err != nil {
