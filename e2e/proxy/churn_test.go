@@ -152,8 +152,7 @@ func (c *connectionLoop) counts() (int, []string) {
 var _ = Describe("Connections under churn", Label("kernel"), func() {
 	It("never fail while 1,000 other Services are created, changed and deleted through incremental syncs", func(ctx SpecContext) {
 		l := newLab(topology())
-		p := startProxy(ctx, l)
-		p.mirrors = nil // the simulator is not involved here: save the Fake's time
+		p := startProxy(ctx, l, withoutMirror())
 		baseSyncs, baseFull, baseOps, baseFullOps := p.Syncs, p.FullSyncs, p.Operations, p.FullOperations
 
 		loops := []*connectionLoop{
@@ -180,8 +179,8 @@ var _ = Describe("Connections under churn", Label("kernel"), func() {
 		// Create, 25 Services per sync.
 		for i := range churnServices {
 			endpoints[i] = 1 + i%4
-			Expect(p.tracker.UpdateService(churnService(i))).To(Succeed())
-			Expect(p.tracker.UpdateEndpointSlice(churnSlice(i, endpoints[i]))).To(Succeed())
+			p.UpdateService(churnService(i))
+			p.UpdateEndpointSlice(churnSlice(i, endpoints[i]))
 			if i%25 == 24 {
 				incremental()
 			}
@@ -197,7 +196,7 @@ var _ = Describe("Connections under churn", Label("kernel"), func() {
 				} else {
 					endpoints[i]--
 				}
-				Expect(p.tracker.UpdateEndpointSlice(churnSlice(i, endpoints[i]))).To(Succeed())
+				p.UpdateEndpointSlice(churnSlice(i, endpoints[i]))
 			}
 			if round%20 == 19 {
 				_, err := p.FullSync(ctx)
@@ -209,8 +208,8 @@ var _ = Describe("Connections under churn", Label("kernel"), func() {
 		changed := time.Since(start)
 		// Delete, 25 Services per sync.
 		for i := range churnServices {
-			p.tracker.DeleteService(churnService(i))
-			p.tracker.DeleteEndpointSlice(churnSlice(i, 0))
+			p.DeleteService(churnService(i))
+			p.DeleteEndpointSlice(churnSlice(i, 0))
 			if i%25 == 24 {
 				incremental()
 			}
@@ -241,25 +240,22 @@ var _ = Describe("Connections under churn", Label("kernel"), func() {
 
 		// Incremental syncs leave up to syncer.DefaultKeepLimit emptied chains, sets
 		// and maps in the table for the next scale-up; Tidy removes them. The kernel's
-		// table is then what the Syncer believes it applied, after all those
+		// table is then what the Proxier believes it applied, after all those
 		// incremental transactions: only the fixture's frontends are left.
 		kept, err := p.nft[knftables.IPv4Family].List(ctx, "chains")
 		Expect(err).NotTo(HaveOccurred())
-		Expect(len(kept) - len(p.syncers[knftables.IPv4Family].Applied().Chains)).To(BeNumerically("<=", syncer.DefaultKeepLimit))
-		for fam, s := range p.syncers {
-			_, err := s.Tidy(ctx)
-			Expect(err).NotTo(HaveOccurred(), "Tidy of %s", fam)
-		}
+		Expect(len(kept) - len(p.Applied(knftables.IPv4Family).Chains)).To(BeNumerically("<=", syncer.DefaultKeepLimit))
+		Expect(p.Tidy(ctx)).To(Succeed())
 		expectKernelMatchesApplied(ctx, p, knftables.IPv4Family)
 	})
 })
 
 // expectKernelMatchesApplied asserts that the kernel's table of the family has exactly
-// the chains, and its sets and maps exactly the elements, of the ruleset the family's
-// Syncer applied last. Sets that packets fill (sessionAffinity's) are left out.
+// the chains, and its sets and maps exactly the elements, of the ruleset the Proxier's
+// last sync of the family applied. Sets that packets fill (sessionAffinity's) are left out.
 func expectKernelMatchesApplied(ctx context.Context, p *nodeProxy, fam knftables.Family) {
 	GinkgoHelper()
-	applied := p.syncers[fam].Applied()
+	applied := p.Applied(fam)
 	Expect(applied).NotTo(BeNil())
 	Expect(p.nft[fam].List(ctx, "chains")).To(ConsistOf(ruleset.SortedKeys(applied.Chains)), "chains of %s", fam)
 	check := func(kind, name string) {

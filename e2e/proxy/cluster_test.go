@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -13,8 +14,8 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/proxier"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
-	"github.com/nftproxy/nftproxy/proxier/state"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
@@ -300,21 +301,28 @@ func endpointSlice(svc, name string, v6 bool, ports []discoveryv1.EndpointPort, 
 	return s
 }
 
-// nodeProxy is the proxier under test on the lab's node, built from the production parts
-// exactly as the daemon assembles them: a state.Tracker fed Kubernetes objects, and per
-// family ruleset.Build of the Tracker's state applied by a syncer.Syncer whose nft runs in
-// the node's namespace (lab.NFT). Each family's ruleset is also synced, by a second
-// Syncer, into a knftables.Fake, so that the simulator can read the ruleset in the very
-// text the Syncer sends to nft.
+// nodeProxy is the proxier under test on the lab's node: a proxier.Proxier, as the daemon
+// runs it, fed Kubernetes objects through its informer handlers, whose nft runs in the
+// node's namespace (lab.NFT) and whose element batches go over netlink into the same
+// namespace. A second Proxier, the mirror, is fed the very same events and writes into
+// knftables.Fakes, its element batches decoded back from netlink (syncer.DecodedNetlink),
+// so that the simulator can read the ruleset in the very text and batches the proxier
+// sends.
 type nodeProxy struct {
-	cfg     ruleset.Config
-	tracker *state.Tracker
-	nft     map[knftables.Family]knftables.Interface
-	syncers map[knftables.Family]*syncer.Syncer
-	fakes   map[knftables.Family]*knftables.Fake
-	// mirrors sync the Fakes; nil when no spec needs them.
-	mirrors map[knftables.Family]*syncer.Syncer
+	cfg    ruleset.Config
+	kernel *proxier.Proxier
+	// nft are the kernel Proxier's tables, as its NewNFT opened them.
+	nft map[knftables.Family]knftables.Interface
+	// mirror writes fakes; nil when the spec does without it (withoutMirror).
+	mirror *proxier.Proxier
+	fakes  map[knftables.Family]*knftables.Fake
 
+	// mu serializes Sync, FullSync and Tidy, so that sum and the counters below belong
+	// to one sync at a time.
+	mu sync.Mutex
+	// sum adds up what the kernel Proxier reported of each family's sync (OnSynced)
+	// during the sync running.
+	sum syncer.Result
 	// Syncs counts the syncs that ran a transaction in some family, FullSyncs those of
 	// them that were full in some family; Operations counts the nft operations of all,
 	// FullOperations those of the full ones.
@@ -324,68 +332,183 @@ type nodeProxy struct {
 // families are the families the proxier programs.
 var families = []knftables.Family{knftables.IPv4Family, knftables.IPv6Family}
 
-// newNodeProxy returns a proxier for the lab's node whose Tracker holds the Node, svcs
-// and slices, and whose Syncers know nothing of the kernel's tables yet, as after a
-// (re)start. It does not sync.
-func newNodeProxy(l *lab.Lab, svcs []*v1.Service, slices []*discoveryv1.EndpointSlice) *nodeProxy {
+// proxyOptions are the choices of a spec about its nodeProxy.
+type proxyOptions struct {
+	mirror    bool
+	conntrack proxier.ConntrackCleaner
+}
+
+// proxyOption changes the default proxyOptions: a mirror, no conntrack cleanup.
+type proxyOption func(*proxyOptions)
+
+// withoutMirror leaves the mirror out, for specs that do not involve the simulator: it
+// saves the Fake's time.
+func withoutMirror() proxyOption { return func(o *proxyOptions) { o.mirror = false } }
+
+// withConntrack makes the kernel Proxier delete stale conntrack entries through c after
+// each sync, as the daemon does.
+func withConntrack(c proxier.ConntrackCleaner) proxyOption {
+	return func(o *proxyOptions) { o.conntrack = c }
+}
+
+// newNodeProxy returns a proxier for the lab's node that has received the Node, svcs and
+// slices and knows nothing of the kernel's tables yet, as after a (re)start. It does not
+// sync.
+func newNodeProxy(l *lab.Lab, svcs []*v1.Service, slices []*discoveryv1.EndpointSlice, opts ...proxyOption) *nodeProxy {
 	GinkgoHelper()
-	p := &nodeProxy{
-		cfg:     proxyConfig(),
-		tracker: state.NewTracker(localNode),
-		nft:     map[knftables.Family]knftables.Interface{},
-		syncers: map[knftables.Family]*syncer.Syncer{},
-		fakes:   map[knftables.Family]*knftables.Fake{},
-		mirrors: map[knftables.Family]*syncer.Syncer{},
+	o := proxyOptions{mirror: true}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	Expect(p.tracker.UpdateNode(nodeObject())).To(Succeed())
+	p := &nodeProxy{
+		cfg:   proxyConfig(),
+		nft:   map[knftables.Family]knftables.Interface{},
+		fakes: map[knftables.Family]*knftables.Fake{},
+	}
+	var err error
+	p.kernel, err = proxier.New(proxier.Config{
+		NodeName: localNode,
+		Ruleset:  p.cfg,
+		Families: families,
+		NewNFT: func(fam knftables.Family, table string) (knftables.Interface, error) {
+			nft, err := lab.NFT(l.Node, fam, table)
+			if err != nil {
+				return nil, err
+			}
+			p.nft[fam] = nft
+			return nft, nil
+		},
+		Netlink: func(knftables.Family, knftables.Interface) syncer.Transport {
+			return syncer.KernelNetlink(l.Node.Do)
+		},
+		Conntrack: o.conntrack,
+		OnSynced:  p.synced,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(p.kernel.Families()).To(Equal(families), "the proxier must program both families")
+	if o.mirror {
+		p.mirror, err = proxier.New(proxier.Config{
+			NodeName: localNode,
+			Ruleset:  p.cfg,
+			Families: families,
+			NewNFT: func(fam knftables.Family, table string) (knftables.Interface, error) {
+				p.fakes[fam] = knftables.NewFake(fam, table)
+				return p.fakes[fam], nil
+			},
+			Netlink: func(_ knftables.Family, nft knftables.Interface) syncer.Transport {
+				return syncer.DecodedNetlink(nft)
+			},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(p.mirror.Families()).To(Equal(families), "the mirror must program both families")
+	}
+	p.UpdateNode(nodeObject())
 	for _, s := range svcs {
-		Expect(p.tracker.UpdateService(s)).To(Succeed())
+		p.UpdateService(s)
 	}
 	for _, s := range slices {
-		Expect(p.tracker.UpdateEndpointSlice(s)).To(Succeed())
-	}
-	for _, fam := range families {
-		nft, err := lab.NFT(l.Node, fam, p.cfg.Table)
-		Expect(err).NotTo(HaveOccurred())
-		p.nft[fam] = nft
-		p.syncers[fam] = syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(l.Node.Do)))
-		p.fakes[fam] = knftables.NewFake(fam, p.cfg.Table)
-		p.mirrors[fam] = syncer.New(p.fakes[fam], syncer.WithKeepLimit(syncer.DefaultKeepLimit)) // as the kernel's
+		p.UpdateEndpointSlice(s)
 	}
 	return p
 }
 
 // startProxy builds the fixture cluster's proxier on l and applies its first (full) sync.
-func startProxy(ctx context.Context, l *lab.Lab) *nodeProxy {
+func startProxy(ctx context.Context, l *lab.Lab, opts ...proxyOption) *nodeProxy {
 	GinkgoHelper()
 	svcs, slices := fixtureObjects()
-	p := newNodeProxy(l, svcs, slices)
+	p := newNodeProxy(l, svcs, slices, opts...)
 	res, err := p.Sync(ctx)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(res.Full).To(BeTrue(), "the first sync is full")
 	return p
 }
 
-// Sync brings every family's table to the Tracker's current state, as one proxier sync
-// does: incrementally, unless a full sync was requested or is needed. It returns the
-// summed result.
-func (p *nodeProxy) Sync(ctx context.Context) (syncer.Result, error) {
-	st := p.tracker.State()
-	p.tracker.TakeChanged()
-	var sum syncer.Result
-	for _, fam := range families {
-		rs := ruleset.Build(st, p.cfg, fam)
-		res, err := p.syncers[fam].Sync(ctx, rs)
-		if err != nil {
-			return sum, fmt.Errorf("sync %s: %w", fam, err)
+// proxiers returns the kernel Proxier and, when there is one, the mirror.
+func (p *nodeProxy) proxiers() []*proxier.Proxier {
+	if p.mirror == nil {
+		return []*proxier.Proxier{p.kernel}
+	}
+	return []*proxier.Proxier{p.kernel, p.mirror}
+}
+
+// expectValid asserts that the proxier skipped no object it received as invalid: the
+// fixture's objects are all valid, so a skipped one would leave its Service out unseen.
+func (p *nodeProxy) expectValid() {
+	GinkgoHelper()
+	Expect(p.kernel.Tracker().Errors()).To(BeEmpty(), "objects the proxier skipped as invalid")
+}
+
+// UpdateNode hands the proxiers the node's Node, as the daemon's informer does.
+func (p *nodeProxy) UpdateNode(n *v1.Node) {
+	GinkgoHelper()
+	for _, x := range p.proxiers() {
+		x.OnNodeUpdate(n)
+	}
+	p.expectValid()
+}
+
+// UpdateService hands the proxiers an added or changed Service.
+func (p *nodeProxy) UpdateService(svc *v1.Service) {
+	GinkgoHelper()
+	for _, x := range p.proxiers() {
+		x.OnServiceUpdate(svc)
+	}
+	p.expectValid()
+}
+
+// DeleteService tells the proxiers that a Service is gone.
+func (p *nodeProxy) DeleteService(svc *v1.Service) {
+	for _, x := range p.proxiers() {
+		x.OnServiceDelete(svc)
+	}
+}
+
+// UpdateEndpointSlice hands the proxiers an added or changed EndpointSlice.
+func (p *nodeProxy) UpdateEndpointSlice(s *discoveryv1.EndpointSlice) {
+	GinkgoHelper()
+	for _, x := range p.proxiers() {
+		x.OnEndpointSliceUpdate(s)
+	}
+	p.expectValid()
+}
+
+// DeleteEndpointSlice tells the proxiers that an EndpointSlice is gone.
+func (p *nodeProxy) DeleteEndpointSlice(s *discoveryv1.EndpointSlice) {
+	for _, x := range p.proxiers() {
+		x.OnEndpointSliceDelete(s)
+	}
+}
+
+// synced is the kernel Proxier's OnSynced: it adds a family's sync to the running sync's
+// sum. It runs inside Proxier.SyncMode, hence under p.mu.
+func (p *nodeProxy) synced(_ knftables.Family, _ *ruleset.Ruleset, res syncer.Result) {
+	p.sum.Full = p.sum.Full || res.Full
+	p.sum.Operations += res.Operations
+	p.sum.NetlinkElements += res.NetlinkElements
+	p.sum.Deleted = p.sum.Deleted || res.Deleted
+}
+
+// Sync is the event-driven sync (Proxier.Sync) of the kernel Proxier, then of the mirror:
+// it brings every family's table to the events received, incrementally unless a full sync
+// is needed. It returns what the kernel Proxier's families did, summed.
+func (p *nodeProxy) Sync(ctx context.Context) (syncer.Result, error) { return p.sync(ctx, false) }
+
+// FullSync is the periodic resync (Proxier.SyncMode with full): every family's table is
+// rewritten.
+func (p *nodeProxy) FullSync(ctx context.Context) (syncer.Result, error) { return p.sync(ctx, true) }
+
+func (p *nodeProxy) sync(ctx context.Context, full bool) (syncer.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sum = syncer.Result{}
+	if err := p.kernel.SyncMode(ctx, full); err != nil {
+		return p.sum, err
+	}
+	sum := p.sum
+	if p.mirror != nil {
+		if err := p.mirror.SyncMode(ctx, full); err != nil {
+			return sum, fmt.Errorf("mirror: %w", err)
 		}
-		if m := p.mirrors[fam]; m != nil {
-			if _, err := m.Sync(ctx, rs); err != nil {
-				return sum, fmt.Errorf("mirror sync %s: %w", fam, err)
-			}
-		}
-		sum.Full = sum.Full || res.Full
-		sum.Operations += res.Operations
 	}
 	if sum.Operations > 0 {
 		p.Syncs++
@@ -398,17 +521,27 @@ func (p *nodeProxy) Sync(ctx context.Context) (syncer.Result, error) {
 	return sum, nil
 }
 
-// FullSync is the periodic resync: it makes the next sync of every family full and runs it.
-func (p *nodeProxy) FullSync(ctx context.Context) (syncer.Result, error) {
-	for _, fam := range families {
-		p.syncers[fam].RequestFullSync()
+// Tidy removes the emptied objects incremental syncs kept from the kernel's tables (and
+// the mirror's), so that they hold exactly what the last sync applied.
+func (p *nodeProxy) Tidy(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, x := range p.proxiers() {
+		if err := x.Tidy(ctx); err != nil {
+			return err
+		}
 	}
-	return p.Sync(ctx)
+	return nil
 }
 
-// FakeDump returns what the Syncers sent to the kernel, both families, as nft text (as
-// long as the mirrors are on).
+// Applied returns the ruleset the kernel Proxier's last sync of fam applied.
+func (p *nodeProxy) Applied(fam knftables.Family) *ruleset.Ruleset { return p.kernel.Applied(fam) }
+
+// FakeDump returns what the mirror wrote, both families, as nft text: what the proxier
+// sends to the kernel.
 func (p *nodeProxy) FakeDump() string {
+	GinkgoHelper()
+	Expect(p.mirror).NotTo(BeNil(), "FakeDump needs the mirror")
 	return p.fakes[knftables.IPv4Family].Dump() + p.fakes[knftables.IPv6Family].Dump()
 }
 

@@ -19,7 +19,7 @@ import (
 const resyncPeriod = time.Second
 
 // resyncer runs a full sync every period, as the daemon's runner does between event-driven
-// syncs. The Syncer is not safe for concurrent use: hold mu to use the proxier meanwhile.
+// syncs. Hold mu to keep a resync from running meanwhile.
 type resyncer struct {
 	mu   sync.Mutex
 	p    *nodeProxy
@@ -80,8 +80,7 @@ const probeInterval = 5 * time.Millisecond
 var _ = Describe("Drift", Label("kernel"), func() {
 	It("is repaired by the next periodic full sync after an outsider flushes the ruleset", func(ctx SpecContext) {
 		l := newLab(topology())
-		p := startProxy(ctx, l)
-		p.mirrors = nil
+		p := startProxy(ctx, l, withoutMirror())
 		nodePort := tcp(nodePortOf(false, nodePortWeb))
 		xs := exchanges(l.Client, nodePort, 20, 1)
 		answered("external -> NodePort before the flush", xs)

@@ -523,13 +523,17 @@ func compareCase(c pathCase, pkt packet.Packet, kpath []hop, outcome lab.Outcome
 	return problems
 }
 
+// sentSource names the ruleset the mirror Proxier wrote into its Fakes, nft transactions
+// and netlink batches decoded back, in the path suite's messages.
+const sentSource = "what the Proxier sent"
+
 var _ = Describe("Path agreement between the kernel and the simulator", Label("kernel"), func() {
 	It("takes the same path through the proxier's ruleset on both, packet by packet", func(ctx SpecContext) {
 		l := newLab(topology())
 		p := startProxy(ctx, l)
 		// The kernel's view of the tables before the traffic (which adds affinity set
 		// elements): rule order for the paths, and the listing the simulator compiles,
-		// next to what the Syncers sent.
+		// next to what the Proxier sent (its mirror's Fakes).
 		listings := map[string]listing{}
 		var listed strings.Builder
 		for _, fam := range []string{"ip", "ip6"} {
@@ -541,7 +545,7 @@ var _ = Describe("Path agreement between the kernel and the simulator", Label("k
 			listed.WriteString(out)
 		}
 		programs := map[string]*sim.Program{}
-		for source, text := range map[string]string{"nft list table": listed.String(), "the Syncer's transactions": p.FakeDump()} {
+		for source, text := range map[string]string{"nft list table": listed.String(), sentSource: p.FakeDump()} {
 			prog, err := sim.CompileText(text)
 			Expect(err).NotTo(HaveOccurred(), "compiling %s", source)
 			programs[source] = prog
@@ -587,14 +591,14 @@ var _ = Describe("Path agreement between the kernel and the simulator", Label("k
 			hops += len(kpath)
 			pkt := packet.Packet{Protocol: map[lab.Proto]packet.Protocol{lab.TCP: packet.TCP, lab.UDP: packet.UDP}[c.proto],
 				Src: netip.AddrPortFrom(c.src, uint16(traceFirstPort+i)), Dst: c.dst, IIf: iif}
-			for _, source := range []string{"nft list table", "the Syncer's transactions"} {
+			for _, source := range []string{"nft list table", sentSource} {
 				for _, problem := range compareCase(c, pkt, kpath, outcomes[i], replies[i], l, programs[source], source) {
 					mismatches = append(mismatches, fmt.Sprintf("%s (%s, %s):\n%s", c.name, pkt, outcomes[i], problem))
 				}
 			}
 			GinkgoWriter.Printf("%s (%s, %s):\n%s\n", c.name, pkt, outcomes[i], formatPath(kpath))
 		}
-		report("path agreement: %d packets, %d hops each compared with the simulator compiled from `nft list table` and from the Syncer's transactions; %d mismatches",
+		report("path agreement: %d packets, %d hops each compared with the simulator compiled from `nft list table` and from what the Proxier sent; %d mismatches",
 			len(cases), hops, len(mismatches))
 		if len(mismatches) > 0 {
 			Fail(fmt.Sprintf("%d disagreements between the kernel and the simulator:\n\n%s", len(mismatches), strings.Join(mismatches, "\n\n")))

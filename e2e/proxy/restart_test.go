@@ -145,8 +145,7 @@ var _ = Describe("Restart", Label("kernel"), func() {
 		sls = append(sls, endpointSlice("persist", "persist-v4", false,
 			[]discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(v1.ProtocolTCP), Port: ptr(int32(persistPort))}},
 			endpoint{addr: l.Pod(podA).IPv4(), node: localNode}))
-		first := newNodeProxy(l, svcs, sls)
-		first.mirrors = nil
+		first := newNodeProxy(l, svcs, sls, withoutMirror())
 		res, err := first.Sync(ctx)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.Full).To(BeTrue())
@@ -200,8 +199,7 @@ var _ = Describe("Restart", Label("kernel"), func() {
 		svcs = slices.DeleteFunc(svcs, func(s *v1.Service) bool { return s.Name == "web-eip" })
 		svcs = append(svcs, service("late", cipLate).obj())
 		sls = append(sls, podSlices(svcs[len(svcs)-1], podB)...)
-		second := newNodeProxy(l, svcs, sls)
-		second.mirrors = nil
+		second := newNodeProxy(l, svcs, sls, withoutMirror())
 		start := time.Now()
 		res, err = second.Sync(ctx)
 		took := time.Since(start)
