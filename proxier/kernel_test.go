@@ -18,6 +18,7 @@ import (
 	"github.com/nftproxy/nftproxy/internal/testenv"
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 // netnsEnv, set to 1, makes the test binary run inNetns instead of the tests. Only
@@ -39,8 +40,9 @@ func TestMain(m *testing.M) {
 // TestKernelSyncAndConntrack runs a Proxier against the real nft and conntrack in
 // a new network namespace (the test binary re-executed under `unshare --net`, so
 // nothing touches the machine's own namespace): syncs load, an endpoint removal is
-// an incremental transaction, the stale UDP conntrack entry goes while the live one
-// stays, and Cleanup removes the tables.
+// an incremental sync of element operations only, which goes over netlink, while
+// one that needs new chains goes through nft; the stale UDP conntrack entry goes
+// while the live one stays, and Cleanup removes the tables.
 func TestKernelSyncAndConntrack(t *testing.T) {
 	testenv.RequireRoot(t, "unshare", "nft")
 	cmd := exec.Command("unshare", "--net", os.Args[0])
@@ -68,15 +70,31 @@ func inNetns() error {
 	}
 	ctx := context.Background()
 	const table = "nftproxy-kt"
+	var synced []syncer.Result
 	p, err := New(Config{
 		NodeName:  "node-a",
 		Ruleset:   ruleset.Config{Table: table, LocalMode: ruleset.LocalClusterCIDR, ClusterCIDRs: prefixes("10.0.0.0/8")},
 		Families:  []knftables.Family{knftables.IPv4Family},
 		Netlink:   KernelNetlink,
 		Conntrack: conntrack.NewCleaner(),
+		OnSynced: func(_ knftables.Family, _ *ruleset.Ruleset, res syncer.Result) {
+			synced = append(synced, res)
+		},
 	})
 	if err != nil {
 		return err
+	}
+	// syncResult syncs the one family and returns what its sync did, as OnSynced saw it.
+	syncResult := func(what string) (syncer.Result, error) {
+		synced = nil
+		if err := p.Sync(ctx); err != nil {
+			return syncer.Result{}, fmt.Errorf("%s: %w", what, err)
+		}
+		if len(synced) != 1 {
+			return syncer.Result{}, fmt.Errorf("%s: OnSynced called %d times, want once", what, len(synced))
+		}
+		fmt.Printf("note: %s: %+v\n", what, synced[0])
+		return synced[0], nil
 	}
 	dnsSlice := func(eps ...endpoint) {
 		p.OnEndpointSliceUpdate(slice("kube-system", "dns", "dns-1", []port{target(dnsPort, 5353)}, eps...))
@@ -87,12 +105,16 @@ func inNetns() error {
 	// to one endpoint (see the end for a sync that needs a new dnat-N chain).
 	p.OnServiceUpdate(service("kube-system", "other", "172.30.0.54", dnsPort))
 	p.OnEndpointSliceUpdate(slice("kube-system", "other", "other-1", []port{target(dnsPort, 5353)}, ep("10.1.0.20", "node-b")))
-	if err := p.Sync(ctx); err != nil {
-		return fmt.Errorf("first sync: %w", err)
+	res, err := syncResult("first sync")
+	if err != nil {
+		return err
 	}
 	// With KernelNetlink, elements go over netlink, and did.
 	if !p.syncers[knftables.IPv4Family].Netlink() {
 		return errors.New("the Syncer of a Proxier with KernelNetlink does not write elements over netlink")
+	}
+	if !res.Full || res.NetlinkElements == 0 {
+		return fmt.Errorf("first sync %+v: want a full sync with its elements over netlink", res)
 	}
 	nft, err := knftables.New(knftables.IPv4Family, table)
 	if err != nil {
@@ -110,9 +132,14 @@ func inNetns() error {
 		}
 	}
 
+	// An endpoint removal changes elements only: an incremental sync whose every
+	// operation goes over netlink.
 	dnsSlice(ep("10.1.0.10", "node-b"))
-	if err := p.Sync(ctx); err != nil {
-		return fmt.Errorf("second sync: %w", err)
+	if res, err = syncResult("second sync (endpoint removal)"); err != nil {
+		return err
+	}
+	if res.Full || res.Operations == 0 || res.NetlinkElements != res.Operations || res.Fallback != nil {
+		return fmt.Errorf("second sync (endpoint removal) %+v: want an incremental sync of element operations, all over netlink", res)
 	}
 	if err := wantBackends(ctx, nft, "10.1.0.10 . 5353", "10.1.0.20 . 5353"); err != nil {
 		return err
@@ -130,8 +157,11 @@ func inNetns() error {
 	p.OnServiceUpdate(service("default", "three", "172.30.0.60", dnsPort))
 	p.OnEndpointSliceUpdate(slice("default", "three", "three-1", []port{target(dnsPort, 53)},
 		ep("10.1.0.31", "node-b"), ep("10.1.0.32", "node-b"), ep("10.1.0.33", "node-b")))
-	if err := p.Sync(ctx); err != nil {
-		return fmt.Errorf("incremental sync adding chain dnat-3: %w", err)
+	if res, err = syncResult("incremental sync adding chain dnat-3"); err != nil {
+		return err
+	}
+	if res.Full || res.NetlinkElements >= res.Operations {
+		return fmt.Errorf("incremental sync adding chain dnat-3 %+v: want an incremental sync through nft, as it adds chains", res)
 	}
 	els, err := nft.ListElements(ctx, "set", ruleset.ClassSet(ruleset.ChainServiceIPs, "goto dnat-3"))
 	if err != nil {
