@@ -8,28 +8,58 @@ import (
 	"strings"
 	"time"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/nftproxy/nftproxy/packet"
+	"github.com/nftproxy/nftproxy/proxier"
+	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 // ErrUnsupported is returned (wrapped, with the reason) by a backend that cannot
 // reproduce a step, such as a protocol its kernel lacks; the step is skipped there.
 var ErrUnsupported = errors.New("not supported by this backend")
 
-// Backend runs scenarios somewhere: on the simulator, or on a real kernel.
+// Backend runs scenarios somewhere: on the simulator, or on a real kernel. The
+// proxier under test is always the production proxier.Proxier (see Run); a backend
+// gives it the node's tables to write and makes what it wrote serve packets.
 type Backend interface {
 	// Name is "sim" or "kernel".
 	Name() string
-	// Start prepares the backend for a scenario and syncs the initial state.
-	Start(sc *Scenario, st *state.ClusterState) error
-	// Sync brings the proxier's ruleset to st, incrementally.
-	Sync(st *state.ClusterState) error
+	// Start prepares the backend for a scenario and returns the node's tables.
+	Start(sc *Scenario) (Tables, error)
+	// Synced is told of every sync of the Proxier, once all families are synced:
+	// the state st they now hold and, per family, what the sync did. The backend
+	// makes the tables serve the packets that follow.
+	Synced(st *state.ClusterState, syncs []FamilySync) error
+	// Table reads back the family's table the Proxier writes.
+	Table(family knftables.Family) (*TableView, error)
+	// FreshTable writes want into a table of its own, by one full sync of a new
+	// syncer through nft alone, and reads it back the way Table does.
+	FreshTable(want *ruleset.Ruleset) (*TableView, error)
 	// Send sends the packet from its origin and reports what happened to it.
 	Send(p packet.Packet, from Origin, exp *Expect) (*Observation, error)
 	// Advance lets time pass.
 	Advance(d time.Duration) error
 	// Close releases everything Start made.
 	Close() error
+}
+
+// Tables is how the Proxier opens the tables of a backend's node and writes their
+// elements over netlink (see proxier.Config).
+type Tables struct {
+	NewNFT  proxier.NewNFTFunc
+	Netlink proxier.NetlinkFunc
+}
+
+// FamilySync is one family's successful sync (see proxier.Config.OnSynced).
+type FamilySync struct {
+	Family knftables.Family
+	// Applied is the ruleset the family's table now holds.
+	Applied *ruleset.Ruleset
+	// Result is what the sync did.
+	Result syncer.Result
 }
 
 // Observation is what a backend saw happen to a packet.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nftproxy/nftproxy/e2e/kernel"
 	"github.com/nftproxy/nftproxy/features"
-	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
 func TestFeatures(t *testing.T) {
@@ -64,18 +63,16 @@ func describeScenario(sc *features.Scenario, newBackend func() features.Backend)
 	labels := Label(append([]string{sc.Feature, name}, sc.Labels...)...)
 	Describe(fmt.Sprintf("%s [%s] %s", filepath.ToSlash(sc.File), name, sc.Pins), labels, Ordered, ContinueOnFailure, func() {
 		var (
-			b       features.Backend
-			tracker *state.Tracker
+			run *features.Run
 			// chosen remembers the endpoint each client's last connection went to.
 			chosen map[netip.Addr]netip.AddrPort
 		)
 		BeforeAll(func() {
-			var err error
-			tracker, err = sc.Tracker()
-			Expect(err).NotTo(HaveOccurred())
-			b = newBackend()
-			Expect(b.Start(sc, tracker.State())).To(Succeed())
+			b := newBackend()
 			DeferCleanup(b.Close)
+			var err error
+			run, err = features.Start(sc, b)
+			Expect(err).NotTo(HaveOccurred())
 			chosen = map[netip.Addr]netip.AddrPort{}
 		})
 		for _, step := range sc.Steps {
@@ -83,7 +80,7 @@ func describeScenario(sc *features.Scenario, newBackend func() features.Backend)
 			switch {
 			case step.Packet != nil:
 				It(title, func() {
-					obs, err := b.Send(*step.Packet, step.From, step.Expect)
+					obs, err := run.Send(*step.Packet, step.From, step.Expect)
 					if errors.Is(err, features.ErrUnsupported) {
 						Skip(err.Error())
 					}
@@ -99,17 +96,24 @@ func describeScenario(sc *features.Scenario, newBackend func() features.Backend)
 				})
 			case step.Update != nil:
 				It(title, func() {
-					Expect(sc.Apply(tracker, *step.Update)).To(Succeed())
-					Expect(b.Sync(tracker.State())).To(Succeed())
+					Expect(run.Update(*step.Update)).To(Succeed())
+					expectIncremental(run)
 				})
 			case step.Delete != nil:
 				It(title, func() {
-					features.Delete(tracker, step.Delete)
-					Expect(b.Sync(tracker.State())).To(Succeed())
+					Expect(run.Delete(step.Delete)).To(Succeed())
+					expectIncremental(run)
+				})
+			case step.Resync:
+				It(title, func() {
+					Expect(run.Resync()).To(Succeed())
+					for _, s := range run.Syncs() {
+						Expect(s.Result.Full).To(BeTrue(), "the %s sync of a resync step", s.Family)
+					}
 				})
 			case step.Advance > 0:
 				It(title, func() {
-					err := b.Advance(step.Advance)
+					err := run.Advance(step.Advance)
 					if errors.Is(err, features.ErrUnsupported) {
 						Skip(err.Error())
 					}
@@ -118,4 +122,15 @@ func describeScenario(sc *features.Scenario, newBackend func() features.Backend)
 			}
 		}
 	})
+}
+
+// expectIncremental asserts that the last sync of every family that wrote anything
+// was incremental, as a change after the first sync is in production.
+func expectIncremental(run *features.Run) {
+	GinkgoHelper()
+	for _, s := range run.Syncs() {
+		if s.Result.Operations > 0 {
+			Expect(s.Result.Full).To(BeFalse(), "the %s sync of a change step", s.Family)
+		}
+	}
 }

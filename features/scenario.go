@@ -70,7 +70,7 @@ type ObjectRef struct {
 }
 
 // Step is one action of a scenario: a packet and its expected outcome, an update or
-// deletion of cluster objects, or the passing of time.
+// deletion of cluster objects, the passing of time, or a full resync.
 type Step struct {
 	// Line is the step's line in the scenario file.
 	Line int
@@ -88,6 +88,8 @@ type Step struct {
 	Delete []ObjectRef
 	// Advance lets time pass (session affinity timeouts).
 	Advance time.Duration
+	// Resync runs the periodic full sync, which rewrites every table.
+	Resync bool
 }
 
 // Origin is where a packet comes from.
@@ -179,6 +181,7 @@ type rawStep struct {
 	Update  yaml.Node  `yaml:"update"`
 	Delete  []string   `yaml:"delete"`
 	Advance string     `yaml:"advance"`
+	Resync  bool       `yaml:"resync"`
 }
 
 type rawExpect struct {
@@ -366,8 +369,15 @@ func parseStep(file string, sc *Scenario, n *yaml.Node) (*Step, error) {
 			st.Name = "wait " + raw.Advance
 		}
 	}
+	if raw.Resync {
+		kinds++
+		st.Resync = true
+		if st.Name == "" {
+			st.Name = "periodic full resync"
+		}
+	}
 	if kinds != 1 {
-		return nil, lineError(file, n.Line, "a step has exactly one of packet, update, delete, advance (found %d)", kinds)
+		return nil, lineError(file, n.Line, "a step has exactly one of packet, update, delete, advance, resync (found %d)", kinds)
 	}
 	return st, nil
 }
@@ -452,13 +462,18 @@ func origin(given string, p packet.Packet, sc *Scenario) (Origin, error) {
 // Tracker returns a Tracker holding the scenario's node and initial cluster.
 func (sc *Scenario) Tracker() (*state.Tracker, error) {
 	t := state.NewTracker(sc.Node.Name)
-	if err := t.UpdateNode(sc.nodeObject()); err != nil {
-		return nil, fmt.Errorf("%s: node: %w", sc.File, err)
-	}
-	if err := sc.Apply(t, sc.Cluster); err != nil {
+	if err := sc.Load(t); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// Load records the scenario's node and initial cluster in t.
+func (sc *Scenario) Load(t *state.Tracker) error {
+	if err := t.UpdateNode(sc.nodeObject()); err != nil {
+		return fmt.Errorf("%s: node: %w", sc.File, err)
+	}
+	return sc.Apply(t, sc.Cluster)
 }
 
 // Apply records the objects of d in t. Any error (also a single invalid object) fails

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/packet"
-	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
@@ -24,15 +23,15 @@ const (
 	defaultPod = "veth"
 )
 
-// SimBackend runs scenarios on the simulator: the production state, ruleset and
-// syncer code syncs into knftables.Fake tables, which the simulator compiles and
-// traces packets through.
+// SimBackend runs scenarios on the simulator: the Proxier writes knftables.Fake
+// tables, its netlink batches decoded back into operations on the same Fakes
+// (syncer.DecodedNetlink), and the simulator compiles the tables and traces
+// packets through them.
 type SimBackend struct {
-	sc      *Scenario
-	fakes   map[knftables.Family]*knftables.Fake
-	syncers map[knftables.Family]*syncer.Syncer
-	clock   *sim.ManualClock
-	rt      *sim.Runtime
+	sc    *Scenario
+	fakes map[knftables.Family]*knftables.Fake
+	clock *sim.ManualClock
+	rt    *sim.Runtime
 }
 
 // NewSimBackend returns a simulator backend.
@@ -42,58 +41,46 @@ func NewSimBackend() *SimBackend { return &SimBackend{} }
 func (b *SimBackend) Name() string { return "sim" }
 
 // Start implements Backend.
-func (b *SimBackend) Start(sc *Scenario, st *state.ClusterState) error {
+func (b *SimBackend) Start(sc *Scenario) (Tables, error) {
 	b.sc = sc
 	b.clock = sim.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	b.fakes = map[knftables.Family]*knftables.Fake{}
-	b.syncers = map[knftables.Family]*syncer.Syncer{}
-	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		b.fakes[fam] = knftables.NewFake(fam, sc.Config.Table)
-		b.syncers[fam] = syncer.New(b.fakes[fam])
-	}
-	return b.Sync(st)
+	return Tables{
+		NewNFT: func(fam knftables.Family, table string) (knftables.Interface, error) {
+			b.fakes[fam] = knftables.NewFake(fam, table)
+			return b.fakes[fam], nil
+		},
+		Netlink: func(_ knftables.Family, nft knftables.Interface) syncer.Transport {
+			return syncer.DecodedNetlink(nft)
+		},
+	}, nil
 }
 
-// Sync implements Backend: an incremental sync after the first.
-func (b *SimBackend) Sync(st *state.ClusterState) error {
-	var dumps []string
-	type moves struct {
-		rs    *ruleset.Ruleset
-		moves []changeset.AffinityMove
-	}
-	var all []moves
-	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
-		rs := ruleset.Build(st, b.sc.Config, fam)
-		res, err := b.syncers[fam].Sync(context.Background(), rs)
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", fam, err)
-		}
-		dumps = append(dumps, b.fakes[fam].Dump())
-		all = append(all, moves{rs, res.AffinityMoves})
-	}
-	prog, err := sim.CompileText(strings.Join(dumps, ""))
+// Synced implements Backend: the simulator compiles the synced tables. Its runtime
+// is kept across syncs, as the kernel keeps its affinity sets, and makes the
+// affinity record moves the syncs made in the kernel: the simulator's records
+// live in its runtime, not in the Fakes.
+func (b *SimBackend) Synced(_ *state.ClusterState, syncs []FamilySync) error {
+	prog, err := sim.CompileText(b.Ruleset())
 	if err != nil {
 		return fmt.Errorf("compiling the synced ruleset: %w", err)
 	}
-	// Keep the runtime's state across syncs, as the kernel keeps affinity sets.
 	if b.rt == nil {
 		b.rt = sim.NewRuntime(prog, b.env())
 		return nil
 	}
-	// The Syncer moves the affinity records of the kernel's sets; the simulator's
-	// records live in its runtime, so the same moves are made there: taken out
-	// before the new ruleset is loaded (it may drop the set they are in), put back
-	// after.
+	// Records are taken out before the new ruleset is loaded (it may drop the set
+	// they are in), and put back after.
 	type put struct {
 		table, set string
 		taken      *sim.Taken
 		timeout    time.Duration
 	}
 	var puts []put
-	for _, m := range all {
-		nodeIPs := m.rs.NodePortIPs()
-		table := string(m.rs.Family) + " " + m.rs.Table
-		for _, mv := range m.moves {
+	for _, s := range syncs {
+		nodeIPs := s.Applied.NodePortIPs()
+		table := string(s.Family) + " " + s.Applied.Table
+		for _, mv := range s.Result.AffinityMoves {
 			taken := b.rt.TakeElements(table, mv.From, func(f []string) bool { return mv.Matches(f, nodeIPs) })
 			if mv.To != "" {
 				timeout, _ := time.ParseDuration(mv.Timeout + "s")
@@ -110,9 +97,30 @@ func (b *SimBackend) Sync(st *state.ClusterState) error {
 	return nil
 }
 
+// Table implements Backend.
+func (b *SimBackend) Table(fam knftables.Family) (*TableView, error) {
+	return ReadTable(context.Background(), b.fakes[fam])
+}
+
+// FreshTable implements Backend.
+func (b *SimBackend) FreshTable(want *ruleset.Ruleset) (*TableView, error) {
+	ctx := context.Background()
+	f := knftables.NewFake(want.Family, want.Table)
+	if _, err := syncer.New(f).Sync(ctx, want); err != nil {
+		return nil, err
+	}
+	return ReadTable(ctx, f)
+}
+
 // Ruleset returns the synced tables as nft text.
 func (b *SimBackend) Ruleset() string {
-	return b.fakes[knftables.IPv4Family].Dump() + b.fakes[knftables.IPv6Family].Dump()
+	var dumps []string
+	for _, fam := range families {
+		if f := b.fakes[fam]; f != nil {
+			dumps = append(dumps, f.Dump())
+		}
+	}
+	return strings.Join(dumps, "")
 }
 
 func (b *SimBackend) env() sim.Env {

@@ -29,8 +29,6 @@ const DefaultTimeout = time.Second
 // Longer ones are skipped: see Advance.
 const MaxSleep = 6 * time.Second
 
-var families = []knftables.Family{knftables.IPv4Family, knftables.IPv6Family}
-
 // Backend is the features.Backend of the real kernel. Start builds a throw-away lab of
 // network namespaces from the scenario (see Derive) and syncs the production ruleset into
 // the lab's node through the production syncer and the real nft; Send opens real
@@ -45,9 +43,13 @@ type Backend struct {
 	sc      *features.Scenario
 	topo    *Topology
 	lab     *lab.Lab
-	nfts    map[knftables.Family]knftables.Interface
-	syncers map[knftables.Family]*syncer.Syncer
-	st      *state.ClusterState
+	// nfts are the node's tables the Proxier opened.
+	nfts map[knftables.Family]knftables.Interface
+	// fresh is the namespace of the fresh full builds the node's tables are
+	// compared with (see FreshTable), freshNFT its tables.
+	fresh    *lab.NS
+	freshNFT map[knftables.Family]knftables.Interface
+	st       *state.ClusterState
 	resp    *lab.EchoServer
 	obs     *observer
 	trace   *lab.Trace
@@ -82,15 +84,17 @@ func (b *Backend) Lab() *lab.Lab { return b.lab }
 
 // Start implements features.Backend: it derives and builds the lab, routes answers to
 // remote-pod clients through the node, starts the node's responder, loads the observer
-// table and starts the trace, and syncs st in both families. On failure everything built
-// is removed again.
-func (b *Backend) Start(sc *features.Scenario, st *state.ClusterState) (err error) {
+// table and starts the trace, and makes the namespace of the fresh builds. The node's
+// tables are the kernel's in the lab's node namespace, listed and written through nft
+// and elements written over netlink, as DefaultNewNFT and KernelNetlink do in the
+// daemon. On failure everything built is removed again.
+func (b *Backend) Start(sc *features.Scenario) (_ features.Tables, err error) {
 	if b.sc != nil {
-		return fmt.Errorf("kernel backend: scenario %s: started twice", sc.File)
+		return features.Tables{}, fmt.Errorf("kernel backend: scenario %s: started twice", sc.File)
 	}
 	b.sc = sc
 	if b.topo, err = Derive(sc); err != nil {
-		return fmt.Errorf("kernel backend: %w", err)
+		return features.Tables{}, fmt.Errorf("kernel backend: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -98,28 +102,33 @@ func (b *Backend) Start(sc *features.Scenario, st *state.ClusterState) (err erro
 		}
 	}()
 	if b.lab, err = lab.New(b.topo.Spec); err != nil {
-		return err
+		return features.Tables{}, err
 	}
 	if err := b.routeRemoteSources(); err != nil {
-		return err
+		return features.Tables{}, err
 	}
 	if b.resp, err = startResponder(b.lab.Node, b.topo.LocalAddrs, b.topo.LocalPorts); err != nil {
-		return err
+		return features.Tables{}, err
 	}
 	if err := b.startObserver(); err != nil {
-		return err
+		return features.Tables{}, err
 	}
+	if b.fresh, err = lab.NewNS(lab.NamePrefix + b.lab.ID + "-fresh"); err != nil {
+		return features.Tables{}, err
+	}
+	b.freshNFT = map[knftables.Family]knftables.Interface{}
 	b.nfts = map[knftables.Family]knftables.Interface{}
-	b.syncers = map[knftables.Family]*syncer.Syncer{}
-	for _, fam := range families {
-		nft, err := lab.NFT(b.lab.Node, fam, sc.Config.Table)
-		if err != nil {
-			return err
-		}
-		b.nfts[fam] = nft
-		b.syncers[fam] = syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(b.lab.Node.Do)))
-	}
-	return b.Sync(st)
+	node := b.lab.Node
+	return features.Tables{
+		NewNFT: func(fam knftables.Family, table string) (knftables.Interface, error) {
+			nft, err := lab.NFT(node, fam, table, knftables.UseNetlink)
+			b.nfts[fam] = nft
+			return nft, err
+		},
+		Netlink: func(knftables.Family, knftables.Interface) syncer.Transport {
+			return syncer.KernelNetlink(node.Do)
+		},
+	}, nil
 }
 
 // remoteSourceTable is the remote node's routing table for answers to remote-pod clients.
@@ -200,21 +209,41 @@ func (b *Backend) startObserver() error {
 	return err
 }
 
-// Sync implements features.Backend: the production syncer brings each family's table
-// to st, incrementally after the first sync.
-func (b *Backend) Sync(st *state.ClusterState) error {
+// Synced implements features.Backend: the kernel serves what the Proxier wrote as
+// soon as it is written; the Backend only notes the state, for Send.
+func (b *Backend) Synced(st *state.ClusterState, _ []features.FamilySync) error {
+	b.st = st
+	return nil
+}
+
+// Table implements features.Backend: the node's table as nft lists it.
+func (b *Backend) Table(fam knftables.Family) (*features.TableView, error) {
 	if b.lab == nil {
-		return errors.New("kernel backend: Sync before Start")
+		return nil, errors.New("kernel backend: Table before Start")
+	}
+	return readTable(b.lab.Node, fam, b.sc.Config.Table)
+}
+
+// FreshTable implements features.Backend: want is written by a new Syncer through
+// nft alone into the fresh-build namespace, which no packet crosses.
+func (b *Backend) FreshTable(want *ruleset.Ruleset) (*features.TableView, error) {
+	if b.fresh == nil {
+		return nil, errors.New("kernel backend: FreshTable before Start")
+	}
+	nft := b.freshNFT[want.Family]
+	if nft == nil {
+		var err error
+		if nft, err = lab.NFT(b.fresh, want.Family, want.Table); err != nil {
+			return nil, err
+		}
+		b.freshNFT[want.Family] = nft
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, fam := range families {
-		if _, err := b.syncers[fam].Sync(ctx, ruleset.Build(st, b.sc.Config, fam)); err != nil {
-			return fmt.Errorf("kernel backend: sync table %s %s in netns %s: %w", fam, b.sc.Config.Table, b.lab.Node, err)
-		}
+	if _, err := syncer.New(nft).Sync(ctx, want); err != nil {
+		return nil, fmt.Errorf("kernel backend: fresh build of table %s %s in netns %s: %w", want.Family, want.Table, b.fresh, err)
 	}
-	b.st = st
-	return nil
+	return readTable(b.fresh, want.Family, want.Table)
 }
 
 // Advance implements features.Backend. The lab runs on the real clock: an advance of up
@@ -245,6 +274,9 @@ func (b *Backend) Close() error {
 	if b.trace != nil {
 		_, err := b.trace.Stop()
 		errs = append(errs, err)
+	}
+	if b.fresh != nil {
+		errs = append(errs, b.fresh.Close())
 	}
 	if b.lab != nil {
 		errs = append(errs, b.lab.Close())

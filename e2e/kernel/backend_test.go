@@ -96,12 +96,8 @@ func TestBackendObserves(t *testing.T) {
 		t.Skip(err)
 	}
 	sc := parse(t, probeScenario)
-	tr, err := sc.Tracker()
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := New()
-	if err := b.Start(sc, tr.State()); err != nil {
+	if _, err := features.Start(sc, b); err != nil {
 		t.Fatal(err)
 	}
 	id := b.Lab().ID
