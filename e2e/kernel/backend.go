@@ -40,9 +40,9 @@ type Backend struct {
 	// NoTrace turns off the `nft monitor trace` whose lines go into each Observation.
 	NoTrace bool
 
-	sc      *features.Scenario
-	topo    *Topology
-	lab     *lab.Lab
+	sc   *features.Scenario
+	topo *Topology
+	lab  *lab.Lab
 	// nfts are the node's tables the Proxier opened.
 	nfts map[knftables.Family]knftables.Interface
 	// fresh is the namespace of the fresh full builds the node's tables are
@@ -50,9 +50,9 @@ type Backend struct {
 	fresh    *lab.NS
 	freshNFT map[knftables.Family]knftables.Interface
 	st       *state.ClusterState
-	resp    *lab.EchoServer
-	obs     *observer
-	trace   *lab.Trace
+	resp     *lab.EchoServer
+	obs      *observer
+	trace    *lab.Trace
 	// behind is how far the scenario's clock ran ahead of the kernel's through advances
 	// the Backend skipped.
 	behind time.Duration
