@@ -70,8 +70,8 @@ type Config struct {
 	// a family whose nftables cannot be opened (a kernel without IPv6) is dropped
 	// with a warning, as long as one family remains.
 	Families []knftables.Family
-	// NewNFT opens a family's table (default DefaultNewNFT); tests pass one that
-	// returns a knftables.Fake.
+	// NewNFT opens a family's table (default DefaultNewNFT); the suites and nftrace
+	// pass one that opens an in-memory table.
 	NewNFT NewNFTFunc
 	// Netlink, when set, makes the syncers write set and map elements as netlink
 	// batches (syncer.WithNetlink) through the transport it returns for each

@@ -15,7 +15,7 @@ import (
 
 // This file reads back the element batches writeElements sends, as knftables
 // objects, so that what goes to the kernel over netlink can be applied to a
-// knftables.Fake with an ordinary transaction and compared with what nft is given.
+// table in memory with an ordinary transaction and compared with what nft is given.
 
 // ElementVerb is what an ElementOp does to its set or map.
 type ElementVerb string

@@ -43,7 +43,7 @@ type Op struct {
 // the operations, in order, that take the table from what the Syncer applied last
 // to the desired ruleset, and the element operations that go as one netlink batch
 // instead of through nft. The same Plan goes to whichever writers the Syncer was
-// given (see WithNetlink), so a knftables.Fake and the kernel receive the same
+// given (see WithNetlink), so an in-memory table and the kernel receive the same
 // operations.
 type Plan struct {
 	// Full is true when the plan rewrites the whole table.
