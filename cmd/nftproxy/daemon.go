@@ -13,8 +13,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -24,7 +22,6 @@ import (
 	"github.com/nftproxy/nftproxy/proxier/health"
 	"github.com/nftproxy/nftproxy/proxier/metrics"
 	"github.com/nftproxy/nftproxy/proxier/runner"
-	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
 // cacheSyncTimeout bounds the wait for the informers' first list.
@@ -105,21 +102,12 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	}
 }
 
-// startInformers watches Services and EndpointSlices (except those of headless
-// Services and those labelled for another proxy, as kube-proxy does) and this
-// node's Node, feeds them to p, and waits for their first list.
+// startInformers watches Services and EndpointSlices (narrowed as kube-proxy's
+// informers are: see serviceListOptions and sliceListOptions) and this node's Node,
+// feeds them to p, and waits for their first list.
 func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, p *proxier.Proxier) error {
-	noProxyName, err := labels.NewRequirement(state.LabelServiceProxyName, selection.DoesNotExist, nil)
-	if err != nil {
-		return err
-	}
-	noHeadless, err := labels.NewRequirement(v1.IsHeadlessService, selection.DoesNotExist, nil)
-	if err != nil {
-		return err
-	}
-	selector := labels.NewSelector().Add(*noProxyName, *noHeadless).String()
-	objects := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+	services := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(serviceListOptions))
+	slices := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(sliceListOptions))
 	nodes := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, nodeName).String()
@@ -129,8 +117,8 @@ func startInformers(ctx context.Context, client kubernetes.Interface, nodeName s
 		informer cache.SharedIndexInformer
 		h        cache.ResourceEventHandler
 	}{
-		{objects.Core().V1().Services().Informer(), handler(p.OnServiceUpdate, p.OnServiceDelete)},
-		{objects.Discovery().V1().EndpointSlices().Informer(), handler(p.OnEndpointSliceUpdate, p.OnEndpointSliceDelete)},
+		{services.Core().V1().Services().Informer(), handler(p.OnServiceUpdate, p.OnServiceDelete)},
+		{slices.Discovery().V1().EndpointSlices().Informer(), handler(p.OnEndpointSliceUpdate, p.OnEndpointSliceDelete)},
 		{nodes.Core().V1().Nodes().Informer(), handler(p.OnNodeUpdate, p.OnNodeDelete)},
 	}
 	var synced []cache.InformerSynced
@@ -141,7 +129,8 @@ func startInformers(ctx context.Context, client kubernetes.Interface, nodeName s
 		}
 		synced = append(synced, reg.HasSynced)
 	}
-	objects.Start(ctx.Done())
+	services.Start(ctx.Done())
+	slices.Start(ctx.Done())
 	nodes.Start(ctx.Done())
 	wctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
 	defer cancel()

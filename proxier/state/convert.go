@@ -12,9 +12,11 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
-// LabelServiceProxyName is the label by which a Service (and its EndpointSlices)
-// asks to be proxied by some other proxy. As kube-proxy does, objects carrying it are
-// not proxied.
+// LabelServiceProxyName is the label by which a Service asks to be proxied by some
+// other proxy, whatever the label's value. As kube-proxy does (its Service informer
+// selects only Services without it), a Service carrying it is not proxied at all.
+// EndpointSlices are not filtered by it, as kube-proxy's EndpointSlice informer is
+// not: the Service decides.
 const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 
 // DefaultAffinityTimeout is the ClientIP session affinity timeout of a Service that
@@ -252,15 +254,13 @@ func convertServicePorts(fe *fieldErrors, svc *v1.Service, out *Service) {
 }
 
 // ConvertEndpointSlice validates s and reduces it to an EndpointSlice. It returns
-// (nil, nil) for a slice that is not proxied: AddressType FQDN, or labelled for
-// another proxy or as a headless Service's. Only the first address of each endpoint
+// (nil, nil) for a slice that is not proxied: AddressType FQDN, or labelled as a
+// headless Service's (service.kubernetes.io/headless, kube-proxy's EndpointSlice
+// informer selector). Only the first address of each endpoint
 // is used, as kube-proxy does. Ports without a port number are skipped. A malformed
 // slice yields an *ObjectError listing every invalid field.
 func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*EndpointSlice, error) {
 	if s == nil || s.AddressType == discoveryv1.AddressTypeFQDN {
-		return nil, nil
-	}
-	if _, ok := s.Labels[LabelServiceProxyName]; ok {
 		return nil, nil
 	}
 	if _, ok := s.Labels[v1.IsHeadlessService]; ok {

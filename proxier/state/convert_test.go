@@ -530,7 +530,9 @@ func TestConvertEndpointSlice(t *testing.T) {
 			}),
 		},
 		{"FQDN", testSlice(func(s *discoveryv1.EndpointSlice) { s.AddressType = discoveryv1.AddressTypeFQDN }), nil},
-		{"for another proxy", testSlice(func(s *discoveryv1.EndpointSlice) { s.Labels[LabelServiceProxyName] = "other" }), nil},
+		// kube-proxy's EndpointSlice informer does not filter on the proxy name:
+		// the Service decides.
+		{"labelled for another proxy", testSlice(func(s *discoveryv1.EndpointSlice) { s.Labels[LabelServiceProxyName] = "other" }), wantSlice()},
 		{"of a headless Service", testSlice(func(s *discoveryv1.EndpointSlice) { s.Labels[v1.IsHeadlessService] = "" }), nil},
 		{
 			"only the first address",

@@ -364,3 +364,33 @@ func TestTrackerConcurrentReads(t *testing.T) {
 		t.Errorf("%d Services, want 20", n)
 	}
 }
+
+// TestTrackerServiceProxyName checks that a Service labelled for another proxy leaves
+// the state, whatever the label's value, and comes back when the label goes, while
+// its EndpointSlices stay filed under its name.
+func TestTrackerServiceProxyName(t *testing.T) {
+	tr := NewTracker("node-a")
+	mustNil(t, tr.UpdateService(named("web")))
+	mustNil(t, tr.UpdateEndpointSlice(sliceOf("web-abc", "web")))
+	tr.TakeChanged()
+	for _, value := range []string{"other-proxy", ""} {
+		mustNil(t, tr.UpdateService(named("web", func(s *v1.Service) {
+			s.Labels = map[string]string{LabelServiceProxyName: value}
+		})))
+		if got := changedNames(tr); !slices.Equal(got, []string{"default/web"}) {
+			t.Errorf("label %q: changed %v, want [default/web]", value, got)
+		}
+		st := tr.State()
+		if got := serviceNames(st); len(got) != 0 {
+			t.Errorf("label %q: Services %v, want none", value, got)
+		}
+		if got := sliceNames(st, "web"); !slices.Equal(got, []string{"web-abc"}) {
+			t.Errorf("label %q: slices %v, want [web-abc]", value, got)
+		}
+		mustNil(t, tr.UpdateService(named("web")))
+		if got := serviceNames(tr.State()); !slices.Equal(got, []string{"default/web"}) {
+			t.Errorf("label %q removed: Services %v, want [default/web]", value, got)
+		}
+		tr.TakeChanged()
+	}
+}
