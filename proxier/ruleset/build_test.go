@@ -117,6 +117,17 @@ var goldens = []golden{
 		// Ranges of the other family only: every IPv4 source is dropped.
 		v6src := fixture.AddService(st, "default/v6src", "172.30.0.11", fixture.LoadBalancer("203.0.113.11"), fixture.SourceRanges("2001:db8::/32"), fixture.Ports(fixture.TCP("http", 80, 30081)))
 		fixture.AddSlice(st, v6src, "v6src-1", fixture.Targets(v6src, 8080), fixture.Endpoint("10.1.0.6", fixture.NodeName))
+		// A range holds the node's primary IP (192.168.0.10): as kube-proxy, each of
+		// the Service's LB IPs is an allowed source of each of its LB frontends
+		// (203.0.113.13 merges with its own range).
+		admin := fixture.AddService(st, "default/admin", "172.30.0.12", fixture.LoadBalancer("203.0.113.12", "203.0.113.13"),
+			fixture.SourceRanges("192.168.0.0/24", "203.0.113.13/32"), fixture.Ports(fixture.TCP("https", 443, 30443)))
+		fixture.AddSlice(st, admin, "admin-1", fixture.Targets(admin, 8443), fixture.Endpoint("10.1.0.7", fixture.NodeName))
+		// A range holds only another node address (10.10.0.10): the LB IPs are not
+		// allowed.
+		other := fixture.AddService(st, "default/other", "172.30.0.13", fixture.LoadBalancer("203.0.113.14", "203.0.113.15"),
+			fixture.SourceRanges("10.10.0.0/16"), fixture.Ports(fixture.TCP("https", 443, 30444)))
+		fixture.AddSlice(st, other, "other-1", fixture.Targets(other, 8443), fixture.Endpoint("10.1.0.8", fixture.NodeName))
 	}},
 	{name: "masquerade-all", families: ipv4, config: func(c *Config) {
 		c.MasqueradeAll = true

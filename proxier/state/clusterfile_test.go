@@ -24,7 +24,7 @@ func TestExampleClusterFile(t *testing.T) {
 		if len(errs) != 0 {
 			t.Fatalf("LoadClusterFile(%q): object errors %v", node, errs)
 		}
-		wantNode := Node{Name: "node-a", Zone: "z1", Addresses: addrs("192.168.0.10", "fd00:168::10")}
+		wantNode := Node{Name: "node-a", Zone: "z1", Addresses: addrs("192.168.0.10", "fd00:168::10"), PrimaryIPs: addrs("192.168.0.10", "fd00:168::10")}
 		if diff := cmp.Diff(wantNode, st.Node, cmpNet); diff != "" {
 			t.Errorf("node (-want +got):\n%s", diff)
 		}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -369,8 +370,8 @@ func resolveConditions(c discoveryv1.EndpointConditions) (ready, serving, termin
 }
 
 // ConvertNode validates n and reduces it to a Node: its name, its
-// topology.kubernetes.io/zone label and its InternalIP and ExternalIP addresses
-// (deduplicated, in the order listed). A malformed Node yields a Node holding only
+// topology.kubernetes.io/zone label, its InternalIP and ExternalIP addresses
+// (deduplicated, in the order listed) and its primary IP of each family (IPv4 first). A malformed Node yields a Node holding only
 // its name and an *ObjectError listing every invalid field.
 func ConvertNode(n *v1.Node) (Node, error) {
 	if n == nil {
@@ -381,6 +382,8 @@ func ConvertNode(n *v1.Node) (Node, error) {
 		fe.addMsg("metadata.name", "required")
 	}
 	out := Node{Name: n.Name, Zone: n.Labels[v1.LabelTopologyZone]}
+	// primary holds the first InternalIP and the first ExternalIP of each family.
+	var primary [2][2]netip.Addr // [external][ipv6]
 	for i, a := range n.Status.Addresses {
 		if a.Type != v1.NodeInternalIP && a.Type != v1.NodeExternalIP {
 			continue
@@ -393,11 +396,28 @@ func ConvertNode(n *v1.Node) (Node, error) {
 		if !slices.Contains(out.Addresses, ip) {
 			out.Addresses = append(out.Addresses, ip)
 		}
+		ext, v6 := b2i(a.Type == v1.NodeExternalIP), b2i(ip.Is6())
+		if !primary[ext][v6].IsValid() {
+			primary[ext][v6] = ip
+		}
+	}
+	for v6 := range 2 {
+		if ip := cmp.Or(primary[0][v6], primary[1][v6]); ip.IsValid() {
+			out.PrimaryIPs = append(out.PrimaryIPs, ip)
+		}
 	}
 	if err := fe.objectError(KindNode, "", n.Name); err != nil {
 		return Node{Name: n.Name}, err
 	}
 	return out, nil
+}
+
+// b2i returns 1 for true and 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // checkObjectName records a missing namespace or name.

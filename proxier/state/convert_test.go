@@ -691,9 +691,33 @@ func TestConvertNode(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ConvertNode: %v", err)
 	}
-	want := Node{Name: "node-a", Zone: "z1", Addresses: addrs("192.168.0.10", "fd00:168::10", "203.0.113.10")}
+	want := Node{Name: "node-a", Zone: "z1", Addresses: addrs("192.168.0.10", "fd00:168::10", "203.0.113.10"),
+		PrimaryIPs: addrs("192.168.0.10", "fd00:168::10")}
 	if diff := cmp.Diff(want, got, cmpNet); diff != "" {
 		t.Errorf("ConvertNode (-want +got):\n%s", diff)
+	}
+
+	// An InternalIP is primary even after an ExternalIP of its family; without an
+	// InternalIP the first ExternalIP is.
+	got, err = ConvertNode(testNode(func(n *v1.Node) {
+		n.Status.Addresses = []v1.NodeAddress{
+			{Type: v1.NodeExternalIP, Address: "203.0.113.10"},
+			{Type: v1.NodeExternalIP, Address: "2001:db8::10"},
+			{Type: v1.NodeInternalIP, Address: "192.168.0.10"},
+			{Type: v1.NodeExternalIP, Address: "2001:db8::11"},
+		}
+	}))
+	if err != nil {
+		t.Fatalf("ConvertNode: %v", err)
+	}
+	if diff := cmp.Diff(addrs("192.168.0.10", "2001:db8::10"), got.PrimaryIPs, cmpNet); diff != "" {
+		t.Errorf("PrimaryIPs (-want +got):\n%s", diff)
+	}
+	if ip := got.PrimaryIP(true); ip != netip.MustParseAddr("2001:db8::10") {
+		t.Errorf("PrimaryIP(IPv6) = %v, want 2001:db8::10", ip)
+	}
+	if ip := (Node{Addresses: addrs("fd00::1", "10.0.0.1")}).PrimaryIP(false); ip != netip.MustParseAddr("10.0.0.1") {
+		t.Errorf("PrimaryIP of a Node without PrimaryIPs = %v, want its first IPv4 address 10.0.0.1", ip)
 	}
 
 	got, err = ConvertNode(testNode(func(n *v1.Node) { n.Labels = nil }))

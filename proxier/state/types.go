@@ -48,6 +48,23 @@ type Node struct {
 	Zone string
 	// Addresses are the node's own IPs (InternalIP and ExternalIP addresses), both families.
 	Addresses []netip.Addr
+	// PrimaryIPs holds the node's primary IP of each family it has, as kube-proxy
+	// picks its node IPs from the Node: the first InternalIP of the family, else the
+	// first ExternalIP.
+	PrimaryIPs []netip.Addr
+}
+
+// PrimaryIP returns the node's primary IP of the family of IPv6 (is6): the one of
+// PrimaryIPs, else the first of Addresses of the family, else the invalid Addr.
+func (n Node) PrimaryIP(is6 bool) netip.Addr {
+	for _, as := range [][]netip.Addr{n.PrimaryIPs, n.Addresses} {
+		for _, a := range as {
+			if a.Is6() == is6 {
+				return a
+			}
+		}
+	}
+	return netip.Addr{}
 }
 
 // Service is a Service reduced to what proxying needs. ExternalName Services and
