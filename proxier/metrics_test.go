@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +106,19 @@ func scrape(t *testing.T, p *Proxier) string {
 
 func TestMetricsScrapedOverHTTP(t *testing.T) {
 	p, fs := newTestProxier(t, nil)
+	text := scrape(t, p)
+	// Before any event, the counters alerts compute rates of are there at zero.
+	for _, want := range []string{
+		`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 0`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_total 0`,
+		`kubeproxy_sync_proxy_rules_service_changes_pending 0`,
+		`kubeproxy_proxy_healthz_total{code="503"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("fresh scrape lacks %q", want)
+		}
+	}
+
 	p.OnNodeUpdate(node("192.168.0.10"))
 	p.OnServiceUpdate(webService())
 	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a"), ep("10.2.0.6", "node-b")))
@@ -113,36 +127,60 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 	local.Spec.InternalTrafficPolicy = ptrTo(v1.ServiceInternalTrafficPolicyLocal)
 	p.OnServiceUpdate(local)
 	p.OnEndpointSliceUpdate(slice("default", "local", "local-1", []port{target(httpPort, 8080)}, ep("10.2.0.7", "node-b")))
+	text = scrape(t, p)
+	for _, want := range []string{
+		`kubeproxy_sync_proxy_rules_service_changes_pending 3`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_pending 2`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape before the first sync lacks %q", want)
+		}
+	}
+	if !strings.Contains(text, `kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"} 1.`) {
+		t.Errorf("no last queued timestamp after changes")
+	}
 	mustSync(t, p)
-	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a")))
+	changed := webSlice(ep("10.1.0.5", "node-a"))
+	changed.Annotations = map[string]string{LastChangeTriggerTimeAnnotation: time.Now().Format(time.RFC3339Nano)}
+	p.OnEndpointSliceUpdate(changed)
 	mustSync(t, p)
 	fs[knftables.IPv4Family].setFailing(true)
 	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.6", "node-a")))
 	if err := p.Sync(context.Background()); err == nil {
 		t.Fatal("sync over a failing nft succeeded")
 	}
+	// Changes still to sync.
+	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.7", "node-a")))
+	p.OnServiceUpdate(webService())
 
-	text := scrape(t, p)
-	// Five changes reached the tables (web and local: Service and slice each, then
-	// web's slice again); the invalid Service changed nothing and the last change
-	// is still pending. Both partial transactions count, the failed one too.
+	text = scrape(t, p)
+	// Each family synced three times: the first (full), the change and the failed
+	// one (partial: for IPv4 it failed, IPv6 applied it). The annotated change
+	// alone has a network programming latency. The failed sync took its change:
+	// pending are the two after it.
 	for _, want := range []string{
-		`nftproxy_sync_proxy_rules_duration_seconds_count{type="full"} 1`,
-		`nftproxy_sync_proxy_rules_duration_seconds_count{type="partial"} 2`,
-		`nftproxy_network_programming_duration_seconds_count 5`,
-		`nftproxy_sync_failures_total{family="ip"} 1`,
-		`nftproxy_sync_operations_count{family="ip",type="partial"} 2`,
-		`nftproxy_services{family="ip"} 2`,
-		`nftproxy_services{family="ip6"} 0`,
-		`nftproxy_endpoints{family="ip"} 2`,
-		`nftproxy_services_without_local_endpoints{traffic_policy="internal"} 1`,
-		`nftproxy_services_without_local_endpoints{traffic_policy="external"} 0`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv6"} 1`,
+		`kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"} 2`,
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 3`,
+		`kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 3`,
+		`kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 1`,
+		`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv6"} 0`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 1`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"} 0`,
+		`kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv6",traffic_policy="internal"} 0`,
+		`kubeproxy_sync_proxy_rules_service_changes_total 4`,
+		`kubeproxy_sync_proxy_rules_service_changes_pending 1`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_total 5`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_pending 1`,
+		`# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge`,
+		`nftproxy_sync_operations_count{ip_family="IPv4",type="partial"} 2`,
+		`nftproxy_services{ip_family="IPv4"} 2`,
+		`nftproxy_services{ip_family="IPv6"} 0`,
+		`nftproxy_endpoints{ip_family="IPv4"} 2`,
 		`nftproxy_invalid_objects{kind="Service"} 1`,
 		`nftproxy_invalid_objects{kind="EndpointSlice"} 0`,
-		`nftproxy_sync_proxy_rules_service_changes_total 3`,
-		`nftproxy_sync_proxy_rules_endpoint_changes_total 4`,
-		`# TYPE nftproxy_sync_proxy_rules_last_timestamp_seconds gauge`,
-		`# TYPE nftproxy_sync_proxy_rules_last_queued_timestamp_seconds gauge`,
 		`# TYPE nftproxy_table_objects gauge`,
 		`go_goroutines`,
 	} {
@@ -151,11 +189,31 @@ func TestMetricsScrapedOverHTTP(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("scrape:\n%s", grepPrefix(text, "nftproxy_"))
+		t.Logf("scrape:\n%s", grepPrefix(text, "kubeproxy_")+"\n"+grepPrefix(text, "nftproxy_"))
 	}
-	if strings.Contains(text, `nftproxy_sync_proxy_rules_last_timestamp_seconds 0`) {
-		t.Errorf("last sync timestamp is 0 after successful syncs")
+	// Both families' last successful sync is recent; IPv4's is the second sync's.
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		v := gaugeValue(t, text, `kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="`+fam+`"}`)
+		if age := time.Since(time.Unix(0, int64(v*1e9))); age < 0 || age > time.Minute {
+			t.Errorf("%s last sync timestamp %v is %v old", fam, v, age)
+		}
 	}
+}
+
+// gaugeValue returns the value of the scraped sample series (name and labels).
+func gaugeValue(t *testing.T, text, series string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", l, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("scrape lacks %s", series)
+	return 0
 }
 
 func TestServiceHealthNodePortsFollowTheProxier(t *testing.T) {

@@ -120,10 +120,17 @@ type Proxier struct {
 	clock   clock.PassiveClock
 	log     *slog.Logger
 
-	// triggersMu guards triggers: for each Service, the times of the changes
-	// received since the last sync began, for the network programming latency.
-	triggersMu sync.Mutex
-	triggers   map[state.ServiceName][]time.Time
+	// started is when the Proxier was made: EndpointSlices changed before it
+	// (those of the informers' first list) add no network programming latency.
+	started time.Time
+	// triggersMu guards the fields below, the changes received since the last
+	// sync began: for each Service, the trigger times of its EndpointSlices'
+	// changes, for the network programming latency; the Services changed and
+	// the number of EndpointSlice changes, for the pending-changes gauges.
+	triggersMu      sync.Mutex
+	triggers        map[state.ServiceName][]trigger
+	pendingServices map[state.ServiceName]bool
+	pendingSlices   int
 
 	// syncMu serializes syncs and guards the fields below.
 	syncMu sync.Mutex
@@ -135,7 +142,14 @@ type Proxier struct {
 	// changed accumulates the changed Services of syncs that failed, and
 	// pendingTriggers their change times, until a sync succeeds.
 	changed         map[state.ServiceName]bool
-	pendingTriggers map[state.ServiceName][]time.Time
+	pendingTriggers map[state.ServiceName][]trigger
+}
+
+// trigger is the change an EndpointSlice of a family records in its
+// last-change-trigger-time.
+type trigger struct {
+	at     time.Time
+	family knftables.Family
 }
 
 // New returns a Proxier with one nftables interface per family. It does not touch
@@ -167,8 +181,9 @@ func New(cfg Config) (*Proxier, error) {
 		cfg: cfg, tracker: state.NewTracker(cfg.NodeName), syncers: map[knftables.Family]*syncer.Syncer{},
 		builders: map[knftables.Family]*changeset.Builder{}, built: map[knftables.Family]bool{},
 		metrics: cfg.Metrics, clock: cfg.Clock, log: cfg.Log,
-		triggers: map[state.ServiceName][]time.Time{}, changed: map[state.ServiceName]bool{},
-		pendingTriggers: map[state.ServiceName][]time.Time{},
+		started: cfg.Clock.Now(), triggers: map[state.ServiceName][]trigger{},
+		pendingServices: map[state.ServiceName]bool{}, changed: map[state.ServiceName]bool{},
+		pendingTriggers: map[state.ServiceName][]trigger{},
 	}
 	var errs []error
 	for _, fam := range cfg.Families {
@@ -191,6 +206,10 @@ func New(cfg Config) (*Proxier, error) {
 	for _, err := range errs {
 		p.log.Warn("IP family disabled", "err", err)
 	}
+	p.metrics.Init(p.families)
+	if cfg.Healthz != nil {
+		cfg.Healthz.SetFamilies(p.families...)
+	}
 	return p, nil
 }
 
@@ -203,29 +222,31 @@ func (p *Proxier) Tracker() *state.Tracker { return p.tracker }
 // OnServiceUpdate records an added or updated Service.
 func (p *Proxier) OnServiceUpdate(svc *v1.Service) {
 	err := p.tracker.UpdateService(svc)
-	p.received(state.KindService, state.ServiceName{Namespace: svc.Namespace, Name: svc.Name}, time.Time{}, err)
-	p.metrics.ServiceChanges.Inc()
+	p.serviceChanged(svc)
+	p.received(state.KindService, err)
 }
 
 // OnServiceDelete records a deleted Service.
 func (p *Proxier) OnServiceDelete(svc *v1.Service) {
 	p.tracker.DeleteService(svc)
-	p.received(state.KindService, state.ServiceName{Namespace: svc.Namespace, Name: svc.Name}, time.Time{}, nil)
-	p.metrics.ServiceChanges.Inc()
+	p.serviceChanged(svc)
+	p.received(state.KindService, nil)
 }
 
 // OnEndpointSliceUpdate records an added or updated EndpointSlice.
 func (p *Proxier) OnEndpointSliceUpdate(slice *discoveryv1.EndpointSlice) {
 	err := p.tracker.UpdateEndpointSlice(slice)
-	p.received(state.KindEndpointSlice, sliceService(slice), triggerTime(slice), err)
-	p.metrics.EndpointChanges.Inc()
+	p.sliceChanged(slice, triggerTime(slice))
+	p.received(state.KindEndpointSlice, err)
 }
 
 // OnEndpointSliceDelete records a deleted EndpointSlice.
 func (p *Proxier) OnEndpointSliceDelete(slice *discoveryv1.EndpointSlice) {
 	p.tracker.DeleteEndpointSlice(slice)
-	p.received(state.KindEndpointSlice, sliceService(slice), time.Time{}, nil)
-	p.metrics.EndpointChanges.Inc()
+	// As in kube-proxy, a deleted slice's trigger time is that of its last
+	// update, not of its deletion: it adds no latency.
+	p.sliceChanged(slice, time.Time{})
+	p.received(state.KindEndpointSlice, nil)
 }
 
 // OnNodeUpdate records this node's Node, and whether it is eligible for
@@ -235,7 +256,7 @@ func (p *Proxier) OnNodeUpdate(node *v1.Node) {
 	if p.cfg.Healthz != nil && node.Name == p.cfg.NodeName {
 		p.cfg.Healthz.SetNodeEligible(nodeEligible(node))
 	}
-	p.received(state.KindNode, state.ServiceName{}, time.Time{}, err)
+	p.received(state.KindNode, err)
 }
 
 // OnNodeDelete records that this node's Node is gone.
@@ -244,32 +265,62 @@ func (p *Proxier) OnNodeDelete(node *v1.Node) {
 	if p.cfg.Healthz != nil && node.Name == p.cfg.NodeName {
 		p.cfg.Healthz.SetNodeEligible(false)
 	}
-	p.received(state.KindNode, state.ServiceName{}, time.Time{}, nil)
+	p.received(state.KindNode, nil)
 }
 
 // received is the common tail of the event handlers: it logs an invalid object,
-// records the change time of a Service (at, or now when at is zero), and asks for
-// a sync.
-func (p *Proxier) received(kind string, svc state.ServiceName, at time.Time, err error) {
+// records that a sync is queued, and asks for one.
+func (p *Proxier) received(kind string, err error) {
 	if err != nil {
 		p.log.Warn("ignoring invalid object", "kind", kind, "err", err)
 	}
-	now := p.clock.Now()
-	if svc.Name != "" {
-		if at.IsZero() || at.After(now) {
-			at = now
-		}
-		p.triggersMu.Lock()
-		p.triggers[svc] = append(p.triggers[svc], at)
-		p.triggersMu.Unlock()
+	now := metrics.UnixSeconds(p.clock.Now())
+	for _, fam := range p.families {
+		p.metrics.LastQueuedTimestamp.WithLabelValues(metrics.Family(fam)).Set(now)
 	}
-	p.metrics.LastQueuedTimestamp.Set(float64(now.UnixNano()) / 1e9)
 	if p.cfg.Healthz != nil {
 		p.cfg.Healthz.QueuedUpdate()
 	}
 	if p.cfg.OnChange != nil {
 		p.cfg.OnChange()
 	}
+}
+
+// serviceChanged counts a Service change, and the Service as pending.
+func (p *Proxier) serviceChanged(svc *v1.Service) {
+	p.metrics.ServiceChangesTotal.Inc()
+	p.triggersMu.Lock()
+	defer p.triggersMu.Unlock()
+	p.pendingServices[state.ServiceName{Namespace: svc.Namespace, Name: svc.Name}] = true
+	p.metrics.ServiceChangesPending.Set(float64(len(p.pendingServices)))
+}
+
+// sliceChanged counts an EndpointSlice change of an IP family (kube-proxy ignores
+// FQDN slices), and records the trigger time at of its Service's change unless it
+// is zero or older than the Proxier.
+func (p *Proxier) sliceChanged(slice *discoveryv1.EndpointSlice, at time.Time) {
+	var fam knftables.Family
+	switch slice.AddressType {
+	case discoveryv1.AddressTypeIPv4:
+		fam = knftables.IPv4Family
+	case discoveryv1.AddressTypeIPv6:
+		fam = knftables.IPv6Family
+	default:
+		return
+	}
+	p.metrics.EndpointChangesTotal.Inc()
+	p.triggersMu.Lock()
+	defer p.triggersMu.Unlock()
+	p.pendingSlices++
+	p.metrics.EndpointChangesPending.Set(float64(p.pendingSlices))
+	if at.IsZero() || at.Before(p.started) {
+		return
+	}
+	if now := p.clock.Now(); at.After(now) {
+		at = now // the API server's clock is ahead of ours
+	}
+	svc := sliceService(slice)
+	p.triggers[svc] = append(p.triggers[svc], trigger{at: at, family: fam})
 }
 
 // sliceService returns the Service a slice belongs to, by its service-name label.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/knftables"
@@ -33,16 +34,16 @@ func TestSyncProgramsServiceIPs(t *testing.T) {
 	if fs[knftables.IPv6Family].Table == nil {
 		t.Errorf("the ip6 table was not created")
 	}
-	if n := histogramCount(t, p, "nftproxy_sync_proxy_rules_duration_seconds", `type="full"`); n != 1 {
+	if n := histogramCount(t, p, "kubeproxy_sync_full_proxy_rules_duration_seconds", `ip_family="IPv4"`); n != 1 {
 		t.Errorf("full sync count = %d, want 1", n)
 	}
-	if got := testutil.ToFloat64(p.metrics.Services.WithLabelValues("ip")); got != 1 {
+	if got := testutil.ToFloat64(p.metrics.Services.WithLabelValues("IPv4")); got != 1 {
 		t.Errorf("services{ip} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(p.metrics.Endpoints.WithLabelValues("ip")); got != 2 {
+	if got := testutil.ToFloat64(p.metrics.Endpoints.WithLabelValues("IPv4")); got != 2 {
 		t.Errorf("endpoints{ip} = %v, want 2", got)
 	}
-	if got := testutil.ToFloat64(p.metrics.TableObjects.WithLabelValues("ip")); got == 0 {
+	if got := testutil.ToFloat64(p.metrics.TableObjects.WithLabelValues("IPv4")); got == 0 {
 		t.Errorf("table_objects{ip} = 0")
 	}
 }
@@ -75,7 +76,7 @@ func TestChangeIsAnIncrementalTransaction(t *testing.T) {
 	if got := dispatch(t, v4, "service-ips", keyOf("172.30.0.10", "tcp", 80)...); got != "goto dnat-2" {
 		t.Errorf("service-ips verdict after the change = %q, want goto dnat-2", got)
 	}
-	if n := histogramCount(t, p, "nftproxy_sync_proxy_rules_duration_seconds", `type="partial"`); n != 1 {
+	if n := histogramCount(t, p, "kubeproxy_sync_partial_proxy_rules_duration_seconds", `ip_family="IPv4"`); n != 1 {
 		t.Errorf("partial sync count = %d, want 1", n)
 	}
 
@@ -128,10 +129,10 @@ func TestFailedSyncIsRetriedInFull(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "table ip "+testTable) {
 		t.Fatalf("sync over a failing nft: err = %v, want one naming the table", err)
 	}
-	if got := testutil.ToFloat64(p.metrics.SyncFailures.WithLabelValues("ip")); got != 1 {
+	if got := testutil.ToFloat64(p.metrics.SyncFailures.WithLabelValues("IPv4")); got != 1 {
 		t.Errorf("sync_failures_total{family=ip} = %v, want 1", got)
 	}
-	if got := testutil.ToFloat64(p.metrics.SyncFailures.WithLabelValues("ip6")); got != 0 {
+	if got := testutil.ToFloat64(p.metrics.SyncFailures.WithLabelValues("IPv6")); got != 0 {
 		t.Errorf("sync_failures_total{family=ip6} = %v, want 0", got)
 	}
 	clk.Step(2 * time.Minute)
@@ -177,27 +178,45 @@ func TestFullSyncRepairsDrift(t *testing.T) {
 	}
 }
 
+// TestNetworkProgrammingLatency checks kube-proxy's meaning: from an
+// EndpointSlice's last-change-trigger-time to the sync that applied it, by the
+// slice's family; neither slices changed before the Proxier started (the
+// informers' first list) nor Service events add a sample.
 func TestNetworkProgrammingLatency(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clk := clocktesting.NewFakeClock(t0)
 	p, _ := newTestProxier(t, func(c *Config) { c.Clock = clk })
+	annotate := func(sl *discoveryv1.EndpointSlice, at time.Time) *discoveryv1.EndpointSlice {
+		sl.Annotations = map[string]string{LastChangeTriggerTimeAnnotation: at.Format(time.RFC3339Nano)}
+		return sl
+	}
 
-	sl := webSlice(ep("10.1.0.5", "node-a"))
-	sl.Annotations = map[string]string{LastChangeTriggerTimeAnnotation: t0.Add(-5 * time.Second).Format(time.RFC3339Nano)}
-	p.OnEndpointSliceUpdate(sl) // changed 5s before it arrived
-	clk.Step(time.Second)
-	p.OnServiceUpdate(webService()) // no annotation: counted from its arrival
+	p.OnEndpointSliceUpdate(annotate(webSlice(ep("10.1.0.5", "node-a")), t0.Add(-5*time.Second)))
+	p.OnServiceUpdate(webService())
+	mustSync(t, p)
+	if count, _ := histogram(t, p, "kubeproxy_network_programming_duration_seconds", ""); count != 0 {
+		t.Errorf("a change from before the start was recorded: %d samples", count)
+	}
+
+	clk.Step(10 * time.Second)
+	p.OnEndpointSliceUpdate(annotate(webSlice(ep("10.1.0.6", "node-a")), t0.Add(8*time.Second)))
+	v6 := slice("default", "web", "web-v6", []port{target(httpPort, 8080)}, ep("fd00::6", "node-a"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	p.OnEndpointSliceUpdate(annotate(v6, t0.Add(9*time.Second)))
+	p.OnServiceUpdate(webService()) // no sample
 	clk.Step(2 * time.Second)
 	mustSync(t, p)
 
-	count, sum := histogram(t, p, "nftproxy_network_programming_duration_seconds", "")
-	if count != 2 || sum != 8+2 {
-		t.Errorf("network programming: %d samples summing %vs, want 2 summing 10s (8s + 2s)", count, sum)
+	if count, sum := histogram(t, p, "kubeproxy_network_programming_duration_seconds", `ip_family="IPv4"`); count != 1 || sum != 4 {
+		t.Errorf("IPv4 network programming: %d samples summing %vs, want 1 of 4s", count, sum)
+	}
+	if count, sum := histogram(t, p, "kubeproxy_network_programming_duration_seconds", `ip_family="IPv6"`); count != 1 || sum != 3 {
+		t.Errorf("IPv6 network programming: %d samples summing %vs, want 1 of 3s", count, sum)
 	}
 	// A no-op update (same object again) records nothing.
-	p.OnServiceUpdate(webService())
+	p.OnEndpointSliceUpdate(annotate(webSlice(ep("10.1.0.6", "node-a")), t0.Add(8*time.Second)))
 	mustSync(t, p)
-	if count, _ := histogram(t, p, "nftproxy_network_programming_duration_seconds", ""); count != 2 {
+	if count, _ := histogram(t, p, "kubeproxy_network_programming_duration_seconds", `ip_family="IPv4"`); count != 1 {
 		t.Errorf("a no-op update was recorded: %d samples", count)
 	}
 }
@@ -236,7 +255,7 @@ func TestConntrackCleanupFollowsUDPEndpointChanges(t *testing.T) {
 			t.Errorf("clear %d = %v, want %v", i, cl.filters[i], want[i])
 		}
 	}
-	if got := testutil.ToFloat64(p.metrics.ConntrackCleared); got != 2 {
+	if got := testutil.ToFloat64(p.metrics.ConntrackDeleted.WithLabelValues("IPv4")); got != 2 {
 		t.Errorf("conntrack entries deleted = %v, want 2", got)
 	}
 }

@@ -35,9 +35,11 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 	if !full && !p.failed && st == p.applied {
 		// The Tracker returns the same snapshot until something changes: the
 		// events since the last sync changed nothing, and the tables are current.
+		// kube-proxy counts such a sync as a partial one.
 		p.observeLatency(start)
-		if p.cfg.Healthz != nil {
-			p.cfg.Healthz.UpdatedAsOf(start)
+		for _, fam := range p.families {
+			p.metrics.ObserveSync(fam, false, p.clock.Since(start))
+			p.synced(fam, start)
 		}
 		return nil
 	}
@@ -47,29 +49,25 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 		}
 	}
 
-	anyFull, err := p.apply(ctx, st)
-	p.metrics.SyncDuration.WithLabelValues(metrics.SyncType(anyFull)).Observe(p.clock.Since(start).Seconds())
+	err := p.apply(ctx, st, start)
 	if err != nil {
 		p.failed = true
 		return err
 	}
 	p.failed = false
-	end := p.clock.Now()
-	p.metrics.LastSyncTimestamp.Set(float64(end.UnixNano()) / 1e9)
-	if p.cfg.Healthz != nil {
-		p.cfg.Healthz.UpdatedAsOf(start)
-	}
-	p.observeLatency(end)
+	p.observeLatency(p.clock.Now())
 	p.afterSync(st)
 	p.applied = st
 	return nil
 }
 
-// apply builds and applies the ruleset of every family. A family that fails does not
-// stop the others; the error names each failed family.
-func (p *Proxier) apply(ctx context.Context, st *state.ClusterState) (anyFull bool, err error) {
+// apply builds and applies the ruleset of every family, from the state read at
+// start. A family that fails does not stop the others; the error names each failed
+// family.
+func (p *Proxier) apply(ctx context.Context, st *state.ClusterState, start time.Time) error {
 	var errs []error
 	for _, fam := range p.families {
+		famStart := p.clock.Now()
 		// The first sync of a family covers every Service; later ones rebuild only
 		// the changed Services, so a sync costs O(what changed).
 		var res syncer.Result
@@ -80,31 +78,40 @@ func (p *Proxier) apply(ctx context.Context, st *state.ClusterState) (anyFull bo
 		} else {
 			res, err = p.firstSync(ctx, fam, st)
 		}
-		anyFull = anyFull || res.Full
+		p.metrics.ObserveSync(fam, res.Full, p.clock.Since(famStart))
 		if res.Fallback != nil {
 			p.log.Warn("sync went through nft after its netlink batch failed; later syncs use nft only",
 				"family", string(fam), "err", res.Fallback)
 		}
 		if res.Operations > 0 {
-			p.metrics.SyncOperations.WithLabelValues(string(fam), metrics.SyncType(res.Full)).Observe(float64(res.Operations))
+			p.metrics.SyncOperations.WithLabelValues(metrics.Family(fam), metrics.SyncType(res.Full)).Observe(float64(res.Operations))
 		}
 		if err != nil {
-			p.metrics.SyncFailures.WithLabelValues(string(fam)).Inc()
+			p.metrics.SyncFailures.WithLabelValues(metrics.Family(fam)).Inc()
 			p.log.Error("sync failed", "family", string(fam), "err", err)
 			errs = append(errs, err)
 			continue
 		}
 		applied := p.syncers[fam].Applied()
-		p.metrics.TableObjects.WithLabelValues(string(fam)).Set(float64(applied.NumObjects()))
+		p.metrics.TableObjects.WithLabelValues(metrics.Family(fam)).Set(float64(applied.NumObjects()))
+		p.synced(fam, start)
 		if p.cfg.OnSynced != nil {
 			p.cfg.OnSynced(fam, applied, res)
 		}
 		p.log.Debug("synced", "family", string(fam), "full", res.Full, "operations", res.Operations, "netlink_elements", res.NetlinkElements)
 	}
 	if len(errs) > 0 {
-		return anyFull, fmt.Errorf("proxier: sync: %w", errors.Join(errs...))
+		return fmt.Errorf("proxier: sync: %w", errors.Join(errs...))
 	}
-	return anyFull, nil
+	return nil
+}
+
+// synced records a successful sync of fam that applied the state read at start.
+func (p *Proxier) synced(fam knftables.Family, start time.Time) {
+	p.metrics.LastSyncTimestamp.WithLabelValues(metrics.Family(fam)).Set(metrics.UnixSeconds(p.clock.Now()))
+	if p.cfg.Healthz != nil {
+		p.cfg.Healthz.UpdatedAsOf(fam, start)
+	}
 }
 
 // firstSync writes a family's table for the first time. It programs the kernel
@@ -137,7 +144,11 @@ func (p *Proxier) takeChanges() {
 	maps.Copy(p.changed, p.tracker.TakeChanged())
 	p.triggersMu.Lock()
 	triggers := p.triggers
-	p.triggers = map[state.ServiceName][]time.Time{}
+	p.triggers = map[state.ServiceName][]trigger{}
+	p.pendingServices = map[state.ServiceName]bool{}
+	p.pendingSlices = 0
+	p.metrics.ServiceChangesPending.Set(0)
+	p.metrics.EndpointChangesPending.Set(0)
 	p.triggersMu.Unlock()
 	for svc, ts := range triggers {
 		p.pendingTriggers[svc] = append(p.pendingTriggers[svc], ts...)
@@ -153,11 +164,13 @@ func (p *Proxier) observeLatency(end time.Time) {
 			continue
 		}
 		for _, t := range ts {
-			p.metrics.NetworkProgrammingDuration.Observe(end.Sub(t).Seconds())
+			if p.syncers[t.family] != nil {
+				p.metrics.NetworkProgrammingDuration.WithLabelValues(metrics.Family(t.family)).Observe(end.Sub(t.at).Seconds())
+			}
 		}
 	}
 	p.changed = map[state.ServiceName]bool{}
-	p.pendingTriggers = map[state.ServiceName][]time.Time{}
+	p.pendingTriggers = map[state.ServiceName][]trigger{}
 }
 
 // afterSync runs what must follow applied rules: conntrack cleanup, health-check
@@ -165,13 +178,28 @@ func (p *Proxier) observeLatency(end time.Time) {
 // rules are in place, and the next sync retries the node ports.
 func (p *Proxier) afterSync(st *state.ClusterState) {
 	if p.cfg.Conntrack != nil {
-		if filters := conntrack.Stale(p.applied, st); len(filters) > 0 {
+		// One cleanup per family, as kube-proxy's reconciler, for its metrics.
+		byFamily := map[knftables.Family][]conntrack.Filter{}
+		for _, f := range conntrack.Stale(p.applied, st) {
+			fam := knftables.IPv4Family
+			if f.OrigDst.Addr().Is6() {
+				fam = knftables.IPv6Family
+			}
+			byFamily[fam] = append(byFamily[fam], f)
+		}
+		for _, fam := range p.families {
+			filters := byFamily[fam]
+			if len(filters) == 0 {
+				continue
+			}
+			begin := p.clock.Now()
 			n, err := p.cfg.Conntrack.Clear(filters)
-			p.metrics.ConntrackCleared.Add(float64(n))
+			p.metrics.ConntrackDuration.WithLabelValues(metrics.Family(fam)).Observe(p.clock.Since(begin).Seconds())
+			p.metrics.ConntrackDeleted.WithLabelValues(metrics.Family(fam)).Add(float64(n))
 			if err != nil {
-				p.log.Warn("conntrack cleanup failed", "filters", len(filters), "err", err)
+				p.log.Warn("conntrack cleanup failed", "family", string(fam), "filters", len(filters), "err", err)
 			} else {
-				p.log.Debug("conntrack cleanup", "filters", len(filters), "deleted", n)
+				p.log.Debug("conntrack cleanup", "family", string(fam), "filters", len(filters), "deleted", n)
 			}
 		}
 	}
@@ -197,28 +225,26 @@ func (p *Proxier) recordInvalidObjects() {
 	}
 }
 
-// recordStateGauges sets the per-family Service and endpoint gauges and the count of
-// Service ports with a Local policy and no local endpoint.
+// recordStateGauges sets the per-family Service and endpoint gauges and the counts
+// of Service ports with a Local policy and no local endpoint.
 func (p *Proxier) recordStateGauges(st *state.ClusterState) {
 	for _, fam := range p.families {
-		svcs, eps := familyCounts(st, fam == "ip6")
-		p.metrics.Services.WithLabelValues(string(fam)).Set(float64(svcs))
-		p.metrics.Endpoints.WithLabelValues(string(fam)).Set(float64(eps))
+		f, ipv6 := metrics.Family(fam), fam == knftables.IPv6Family
+		svcs, eps := familyCounts(st, ipv6)
+		p.metrics.Services.WithLabelValues(f).Set(float64(svcs))
+		p.metrics.Endpoints.WithLabelValues(f).Set(float64(eps))
+		internal, external := withoutLocalEndpoints(st, ipv6)
+		p.metrics.NoLocalEndpoints.WithLabelValues(metrics.PolicyInternal, f).Set(float64(internal))
+		p.metrics.NoLocalEndpoints.WithLabelValues(metrics.PolicyExternal, f).Set(float64(external))
 	}
-	internal, external := withoutLocalEndpoints(st)
-	p.metrics.ServicesWithoutLocalEndpoints.WithLabelValues(metrics.PolicyInternal).Set(float64(internal))
-	p.metrics.ServicesWithoutLocalEndpoints.WithLabelValues(metrics.PolicyExternal).Set(float64(external))
 }
 
 // familyCounts returns the number of Services with a ClusterIP of the family (those
 // the family's ruleset serves) and of distinct endpoint address:port pairs of it.
 func familyCounts(st *state.ClusterState, ipv6 bool) (services, endpoints int) {
 	for _, svc := range st.Services {
-		for _, a := range svc.ClusterIPs {
-			if a.Is6() == ipv6 {
-				services++
-				break
-			}
+		if hasClusterIP(svc, ipv6) {
+			services++
 		}
 	}
 	seen := map[string]bool{}
@@ -237,17 +263,33 @@ func familyCounts(st *state.ClusterState, ipv6 bool) (services, endpoints int) {
 	return services, len(seen)
 }
 
-// withoutLocalEndpoints counts the Service ports under an internal (respectively
-// external) Local traffic policy that have usable endpoints, none of them on this
-// node: traffic of that kind reaching this node is dropped.
-func withoutLocalEndpoints(st *state.ClusterState) (internal, external int) {
+func hasClusterIP(svc *state.Service, ipv6 bool) bool {
+	for _, a := range svc.ClusterIPs {
+		if a.Is6() == ipv6 {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutLocalEndpoints counts, among the Service ports of a family, those under an
+// internal (respectively external) Local traffic policy that have usable endpoints
+// of the family, none of them on this node: traffic of that kind reaching this
+// node is dropped.
+func withoutLocalEndpoints(st *state.ClusterState, ipv6 bool) (internal, external int) {
 	for _, svc := range st.Services {
-		if !svc.InternalPolicyLocal && !svc.ExternalPolicyLocal {
+		if (!svc.InternalPolicyLocal && !svc.ExternalPolicyLocal) || !hasClusterIP(svc, ipv6) {
 			continue
 		}
 		hasExternal := len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0
 		for _, port := range svc.Ports {
-			sel := state.Select(svc, st.Endpoints(svc, port), st.Node)
+			var eps []state.Endpoint
+			for _, e := range st.Endpoints(svc, port) {
+				if e.Address.Is6() == ipv6 {
+					eps = append(eps, e)
+				}
+			}
+			sel := state.Select(svc, eps, st.Node)
 			if len(sel.Cluster) == 0 || len(sel.Local) > 0 {
 				continue
 			}
@@ -271,6 +313,7 @@ func (p *Proxier) Tidy(ctx context.Context) error {
 	var errs []error
 	for _, fam := range p.families {
 		if _, err := p.syncers[fam].Tidy(ctx); err != nil {
+			p.metrics.CleanupFailures.WithLabelValues(metrics.Family(fam)).Inc()
 			errs = append(errs, fmt.Errorf("tidy table %s %s: %w", fam, p.cfg.Ruleset.Table, err))
 		}
 	}

@@ -262,14 +262,103 @@ func TestDaemonWithFakeAPIServer(t *testing.T) {
 	eventually(t, "api's ClusterIP in service-ips", func() bool {
 		return tables.hasServiceIP(knftables.IPv4Family, "172.30.0.11", "tcp", "80")
 	})
-	if code, body := httpGet(t, "http://"+healthz+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"nodeEligible":true`) {
-		t.Errorf("/healthz = %d %s", code, body)
+	// Ready once both families have synced and the Node is known.
+	eventually(t, "/healthz 200", func() bool {
+		code, body := httpGet(t, "http://"+healthz+"/healthz")
+		return code == http.StatusOK && strings.Contains(body, `"nodeEligible":true`)
+	})
+	if code, _ := httpGet(t, "http://"+healthz+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez = %d, want 200", code)
 	}
 	_, text := httpGet(t, "http://"+metricsAddr+"/metrics")
-	for _, want := range []string{`nftproxy_services{family="ip"} 2`, `nftproxy_sync_proxy_rules_duration_seconds_count{type="full"}`} {
+	for _, want := range []string{
+		`nftproxy_services{ip_family="IPv4"} 2`,
+		`kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"}`,
+		`kubeproxy_sync_proxy_rules_service_changes_total 2`,
+		`kubeproxy_sync_proxy_rules_endpoint_changes_total 2`,
+		`kubeproxy_proxy_livez_total{code="200"} 1`,
+	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if code, mode := httpGet(t, "http://"+metricsAddr+"/proxyMode"); code != http.StatusOK || mode != "nftables" {
+		t.Errorf("/proxyMode = %d %q, want nftables", code, mode)
+	}
+
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("daemon exited %d after shutdown: %s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("daemon did not stop after its context was cancelled")
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("daemon log:\n%s", stderr.String())
+	}
+}
+
+// TestDaemonUnreachableAPIServerIsNotReady runs the daemon, with its real API
+// client, against an API server that is not there (a closed loopback port): it
+// cannot sync, so /healthz answers 503 (and counts it), while /livez answers 200
+// as kube-proxy's does, so that the kubelet does not restart a proxy waiting for
+// the API server.
+func TestDaemonUnreachableAPIServerIsNotReady(t *testing.T) {
+	tables := &fakeTables{}
+	d := deps{newNFT: tables.newNFT, newClient: newClient}
+	healthz, metricsAddr := freeAddr(t), freeAddr(t)
+	args := []string{"--master=http://" + freeAddr(t), "--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8",
+		"--healthz-bind-address=" + healthz, "--metrics-bind-address=" + metricsAddr, "--table-name=nftproxy-test"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, args, &stderr, d) }()
+
+	var code int
+	var body string
+	eventually(t, "the healthz server", func() bool {
+		resp, err := http.Get("http://" + healthz + "/healthz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(raw)
+		return true
+	})
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz before any sync = %d %s, want 503", code, body)
+	}
+	for _, want := range []string{`"lastUpdated":"0001-01-01T00:00:00Z"`, `"nodeEligible":false`, `"healthy":false`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/healthz body %s lacks %s", body, want)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let the client fail a few times
+	if code, body := httpGet(t, "http://"+healthz+"/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz after failed lists = %d %s, want 503", code, body)
+	}
+	if code, body := httpGet(t, "http://"+healthz+"/livez"); code != http.StatusOK {
+		t.Errorf("/livez = %d %s, want 200", code, body)
+	}
+	_, text := httpGet(t, "http://"+metricsAddr+"/metrics")
+	for _, want := range []string{
+		`kubeproxy_proxy_healthz_total{code="503"} 2`,
+		`kubeproxy_proxy_livez_total{code="200"} 1`,
+		`kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family="IPv4"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(text, "kubeproxy_sync_proxy_rules_last_timestamp_seconds{") {
+		t.Errorf("a last sync timestamp without a sync")
+	}
+	if tables.get(knftables.IPv4Family).Table != nil {
+		t.Errorf("the table was written without the API server")
 	}
 
 	cancel()

@@ -12,78 +12,123 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/proxier/metrics"
 )
 
-// HealthzServer reports whether the proxier keeps its rules up to date. It is
-// healthy while no change has waited longer than the health timeout for a
-// successful sync (kube-proxy uses twice the sync period).
+// HealthzServer reports whether the proxier keeps its rules up to date, per IP
+// family, with kube-proxy's rules: a family is stale when a change has waited
+// longer than the health timeout for a successful sync (kube-proxy uses twice the
+// sync period). /livez answers 200 unless a family is stale. /healthz, which the
+// readiness probe and the load balancers ask, also needs every family to have
+// synced once and the node to be eligible for load-balancer traffic.
 type HealthzServer struct {
 	clock   clock.PassiveClock
 	timeout time.Duration
 	metrics *metrics.Metrics
 
 	mu sync.Mutex
-	// lastUpdated is when the last successful sync finished.
-	lastUpdated time.Time
-	// oldestPending is when the oldest change not yet applied was queued; zero
-	// when every change has been applied.
-	oldestPending time.Time
+	// families are the ip_family labels of the families the proxier programs.
+	families []string
+	// lastUpdated is when each family's last successful sync finished.
+	lastUpdated map[string]time.Time
+	// oldestPending is when the oldest change a family has not yet applied was
+	// queued; absent when the family applied every change.
+	oldestPending map[string]time.Time
 	// latestQueued is when the newest change was queued.
 	latestQueued time.Time
-	nodeEligible bool
+	// nodeKnown is false until the node's eligibility is first set: an unknown
+	// node is not eligible, as in kube-proxy.
+	nodeKnown, nodeEligible bool
 }
 
-// Status is the body of /healthz (and, without NodeEligible, of /livez).
+// FamilyStatus is the health of one family's rules.
+type FamilyStatus struct {
+	// LastUpdated is when the family's last successful sync finished (zero before
+	// the first).
+	LastUpdated time.Time `json:"lastUpdated"`
+	Healthy     bool      `json:"healthy"`
+}
+
+// Status is the body of /healthz and /livez: kube-proxy's ProxyHealth.
 type Status struct {
-	// LastUpdated is when the last successful sync finished (zero before the first).
+	// LastUpdated is, when healthy, the time of the answer (kube-proxy keeps this
+	// for older clients, which read it as "the rules are current"); when not,
+	// the latest successful sync of any family (zero before the first).
 	LastUpdated time.Time `json:"lastUpdated"`
 	// CurrentTime is the time of the answer.
 	CurrentTime time.Time `json:"currentTime"`
-	// NodeEligible is false while the node is being deleted or drained by the
-	// cluster autoscaler, so that load balancers stop sending traffic here.
+	// NodeEligible (in /healthz only) is false while the node is unknown, being
+	// deleted or drained by the cluster autoscaler, so that load balancers stop
+	// sending traffic here.
 	NodeEligible *bool `json:"nodeEligible,omitempty"`
+	// Healthy is true when every family is, node eligibility aside.
+	Healthy bool `json:"healthy"`
+	// Families holds each family's health, by ip_family (IPv4, IPv6).
+	Families map[string]FamilyStatus `json:"status,omitempty"`
 }
 
-// NewHealthzServer returns a HealthzServer that turns unhealthy when a change has
-// waited longer than timeout. clk defaults to the real clock; m may be nil.
+// NewHealthzServer returns a HealthzServer that turns a family stale when a change
+// has waited longer than timeout for it. clk defaults to the real clock; m may be
+// nil. It is not ready until SetFamilies has named the families and each has
+// synced.
 func NewHealthzServer(timeout time.Duration, clk clock.PassiveClock, m *metrics.Metrics) *HealthzServer {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &HealthzServer{clock: clk, timeout: timeout, metrics: m, nodeEligible: true}
+	return &HealthzServer{
+		clock: clk, timeout: timeout, metrics: m,
+		lastUpdated: map[string]time.Time{}, oldestPending: map[string]time.Time{},
+	}
 }
 
-// QueuedUpdate records that a change is waiting for a sync.
+// SetFamilies names the families whose syncs the server waits for.
+func (h *HealthzServer) SetFamilies(families ...knftables.Family) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.families = nil
+	for _, fam := range families {
+		h.families = append(h.families, metrics.Family(fam))
+	}
+}
+
+// QueuedUpdate records that a change is waiting for a sync of every family.
 func (h *HealthzServer) QueuedUpdate() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.latestQueued = h.clock.Now()
-	if h.oldestPending.IsZero() {
-		h.oldestPending = h.latestQueued
+	for _, f := range h.families {
+		if _, ok := h.oldestPending[f]; !ok {
+			h.oldestPending[f] = h.latestQueued
+		}
 	}
 }
 
-// Updated records a successful sync that applied every change queued before it.
-func (h *HealthzServer) Updated() {
-	h.UpdatedAsOf(time.Time{})
+// Updated records a successful sync of fam that applied every change queued
+// before it.
+func (h *HealthzServer) Updated(fam knftables.Family) {
+	h.UpdatedAsOf(fam, time.Time{})
 }
 
-// UpdatedAsOf records a successful sync that read the cluster state at start:
-// changes queued after start stay pending (counted from the newest of them, as only
-// the oldest and newest times are kept). A zero start means every queued change was
-// applied.
-func (h *HealthzServer) UpdatedAsOf(start time.Time) {
+// UpdatedAsOf records a successful sync of fam that read the cluster state at
+// start: changes queued after start stay pending (counted from the newest of them,
+// as only the oldest and newest times are kept). A zero start means every queued
+// change was applied.
+func (h *HealthzServer) UpdatedAsOf(fam knftables.Family, start time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lastUpdated = h.clock.Now()
+	f := metrics.Family(fam)
+	h.lastUpdated[f] = h.clock.Now()
+	oldest, pending := h.oldestPending[f]
 	switch {
+	case !pending:
 	case start.IsZero() || !h.latestQueued.After(start):
-		h.oldestPending = time.Time{}
-	case !h.oldestPending.After(start):
-		h.oldestPending = h.latestQueued
+		delete(h.oldestPending, f)
+	case !oldest.After(start):
+		h.oldestPending[f] = h.latestQueued
 	}
 }
 
@@ -91,58 +136,87 @@ func (h *HealthzServer) UpdatedAsOf(start time.Time) {
 func (h *HealthzServer) SetNodeEligible(eligible bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.nodeEligible = eligible
+	h.nodeKnown, h.nodeEligible = true, eligible
 }
 
-// Healthy reports whether every pending change is younger than the timeout.
+// Healthy reports whether no family is stale: /livez's answer, and what the
+// health-check node ports report as serviceProxyHealthy.
 func (h *HealthzServer) Healthy() bool {
-	healthy, _ := h.status()
-	return healthy
+	return h.status(false).Healthy
 }
 
-func (h *HealthzServer) status() (bool, Status) {
+// Ready reports whether /healthz answers 200: every family synced and none
+// stale, and the node eligible.
+func (h *HealthzServer) Ready() bool {
+	st := h.status(true)
+	return st.Healthy && *st.NodeEligible
+}
+
+// status returns the body of /healthz (ready) or /livez. /healthz counts a family
+// that has never synced as unhealthy; /livez does not, so that a proxier waiting
+// for the API server is not restarted (it is stale once a change has waited
+// longer than the timeout, synced or not).
+func (h *HealthzServer) status(ready bool) Status {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.clock.Now()
-	eligible := h.nodeEligible
-	healthy := h.oldestPending.IsZero() || now.Sub(h.oldestPending) <= h.timeout
-	return healthy, Status{LastUpdated: h.lastUpdated, CurrentTime: now, NodeEligible: &eligible}
+	st := Status{CurrentTime: now, Healthy: !ready || len(h.families) > 0, Families: map[string]FamilyStatus{}}
+	for _, f := range h.families {
+		last := h.lastUpdated[f]
+		if last.After(st.LastUpdated) {
+			st.LastUpdated = last
+		}
+		oldest, pending := h.oldestPending[f]
+		healthy := !pending || now.Sub(oldest) <= h.timeout
+		if ready && last.IsZero() {
+			healthy = false
+		}
+		st.Families[f] = FamilyStatus{LastUpdated: last, Healthy: healthy}
+		st.Healthy = st.Healthy && healthy
+	}
+	if ready {
+		eligible := h.nodeKnown && h.nodeEligible
+		st.NodeEligible = &eligible
+	}
+	if st.Healthy && (st.NodeEligible == nil || *st.NodeEligible) {
+		st.LastUpdated = now
+	}
+	return st
 }
 
-// Handler serves /healthz (healthy and node eligible) and /livez (healthy).
+// Handler serves /healthz and /livez.
 func (h *HealthzServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		healthy, st := h.status()
-		h.answer(w, healthy && *st.NodeEligible, st, h.counter("healthz"))
+		st := h.status(true)
+		h.answer(w, st.Healthy && *st.NodeEligible, st, h.counter(true))
 	})
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
-		healthy, st := h.status()
-		st.NodeEligible = nil
-		h.answer(w, healthy, st, h.counter("livez"))
+		st := h.status(false)
+		h.answer(w, st.Healthy, st, h.counter(false))
 	})
 	return mux
 }
 
-func (h *HealthzServer) counter(path string) func(code int) {
-	return func(code int) {
-		if h.metrics == nil {
-			return
-		}
-		c := h.metrics.HealthzRequests
-		if path == "livez" {
-			c = h.metrics.LivezRequests
-		}
-		c.WithLabelValues(strconv.Itoa(code)).Inc()
+func (h *HealthzServer) counter(healthz bool) *prometheus.CounterVec {
+	switch {
+	case h.metrics == nil:
+		return nil
+	case healthz:
+		return h.metrics.HealthzRequests
+	default:
+		return h.metrics.LivezRequests
 	}
 }
 
-func (h *HealthzServer) answer(w http.ResponseWriter, ok bool, st Status, count func(int)) {
+func (h *HealthzServer) answer(w http.ResponseWriter, ok bool, st Status, count *prometheus.CounterVec) {
 	code := http.StatusOK
 	if !ok {
 		code = http.StatusServiceUnavailable
 	}
-	count(code)
+	if count != nil {
+		count.WithLabelValues(strconv.Itoa(code)).Inc()
+	}
 	writeJSON(w, code, st)
 }
 

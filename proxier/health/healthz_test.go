@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/knftables"
 
 	"github.com/nftproxy/nftproxy/proxier/metrics"
 )
@@ -34,22 +35,82 @@ func get(t *testing.T, h http.Handler, path string) (int, map[string]any) {
 	return rec.Code, body
 }
 
+var (
+	v4   = knftables.IPv4Family
+	v6   = knftables.IPv6Family
+	both = []knftables.Family{v4, v6}
+)
+
+func TestHealthzWaitsForTheFirstSyncOfEveryFamily(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	m := metrics.New()
+	hs := NewHealthzServer(time.Minute, clk, m)
+	h := hs.Handler()
+	if code, _ := get(t, h, "/healthz"); code != http.StatusServiceUnavailable {
+		t.Errorf("no family named yet: /healthz %d, want 503", code)
+	}
+	hs.SetFamilies(both...)
+	hs.SetNodeEligible(true)
+	code, body := get(t, h, "/healthz")
+	if code != http.StatusServiceUnavailable || body["healthy"] != false {
+		t.Errorf("before any sync: /healthz %d %v, want 503", code, body)
+	}
+	if body["lastUpdated"] != (time.Time{}).Format(time.RFC3339Nano) || body["currentTime"] != t0.Format(time.RFC3339Nano) {
+		t.Errorf("before any sync: body %v, want a zero lastUpdated and the current time", body)
+	}
+	// Liveness does not wait for the API server.
+	if code, _ := get(t, h, "/livez"); code != http.StatusOK {
+		t.Errorf("before any sync, nothing queued: /livez %d, want 200", code)
+	}
+	clk.Step(time.Second)
+	hs.Updated(v4)
+	code, body = get(t, h, "/healthz")
+	if code != http.StatusServiceUnavailable {
+		t.Errorf("IPv4 synced, IPv6 not: /healthz %d, want 503", code)
+	}
+	status := body["status"].(map[string]any)
+	if v4s := status["IPv4"].(map[string]any); v4s["healthy"] != true || v4s["lastUpdated"] != t0.Add(time.Second).Format(time.RFC3339Nano) {
+		t.Errorf("IPv4 status %v", v4s)
+	}
+	if v6s := status["IPv6"].(map[string]any); v6s["healthy"] != false {
+		t.Errorf("IPv6 status %v, want unhealthy", v6s)
+	}
+	clk.Step(time.Second)
+	hs.Updated(v6)
+	code, body = get(t, h, "/healthz")
+	if code != http.StatusOK || body["healthy"] != true || body["nodeEligible"] != true {
+		t.Errorf("both synced: /healthz %d %v, want 200", code, body)
+	}
+	// Healthy answers carry the current time as lastUpdated, as kube-proxy's.
+	if body["lastUpdated"] != clk.Now().Format(time.RFC3339Nano) {
+		t.Errorf("lastUpdated = %v, want the current time", body["lastUpdated"])
+	}
+	if got := testutil.ToFloat64(m.HealthzRequests.WithLabelValues("503")); got != 3 {
+		t.Errorf("healthz 503 count = %v, want 3", got)
+	}
+	if got := testutil.ToFloat64(m.HealthzRequests.WithLabelValues("200")); got != 1 {
+		t.Errorf("healthz 200 count = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.LivezRequests.WithLabelValues("200")); got != 1 {
+		t.Errorf("livez 200 count = %v, want 1", got)
+	}
+}
+
+// ready returns a server with both families synced at t0 on an eligible node.
+func ready(clk *clocktesting.FakeClock, m *metrics.Metrics) *HealthzServer {
+	hs := NewHealthzServer(60*time.Second, clk, m)
+	hs.SetFamilies(both...)
+	hs.SetNodeEligible(true)
+	hs.Updated(v4)
+	hs.Updated(v6)
+	return hs
+}
+
 func TestHealthzTurnsStaleWhenAChangeWaitsTooLong(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	m := metrics.New()
-	hs := NewHealthzServer(60*time.Second, clk, m)
+	hs := ready(clk, m)
 	h := hs.Handler()
-
-	code, body := get(t, h, "/healthz")
-	if code != http.StatusOK {
-		t.Fatalf("fresh server: /healthz %d, want 200", code)
-	}
-	if body["currentTime"] != t0.Format(time.RFC3339Nano) || body["nodeEligible"] != true {
-		t.Errorf("fresh server body = %v", body)
-	}
-	if _, ok := body["lastUpdated"]; !ok {
-		t.Errorf("body has no lastUpdated: %v", body)
-	}
 
 	hs.QueuedUpdate()
 	clk.Step(60 * time.Second)
@@ -57,19 +118,23 @@ func TestHealthzTurnsStaleWhenAChangeWaitsTooLong(t *testing.T) {
 		t.Errorf("change pending exactly the timeout: %d, want 200", code)
 	}
 	clk.Step(time.Second)
+	hs.Updated(v4) // IPv6 still waits
 	for _, path := range []string{"/healthz", "/livez"} {
-		if code, _ := get(t, h, path); code != http.StatusServiceUnavailable {
-			t.Errorf("change pending past the timeout: %s %d, want 503", path, code)
+		code, body := get(t, h, path)
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("IPv6 change pending past the timeout: %s %d, want 503", path, code)
+		}
+		if want := t0.Add(61 * time.Second).Format(time.RFC3339Nano); body["lastUpdated"] != want {
+			t.Errorf("%s lastUpdated = %v, want the latest sync %v", path, body["lastUpdated"], want)
+		}
+		if st := body["status"].(map[string]any); st["IPv4"].(map[string]any)["healthy"] != true || st["IPv6"].(map[string]any)["healthy"] != false {
+			t.Errorf("%s status = %v, want IPv4 healthy and IPv6 not", path, st)
 		}
 	}
 
-	hs.Updated()
-	code, body = get(t, h, "/healthz")
-	if code != http.StatusOK {
+	hs.Updated(v6)
+	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
 		t.Fatalf("after a sync: %d, want 200", code)
-	}
-	if want := t0.Add(61 * time.Second).Format(time.RFC3339Nano); body["lastUpdated"] != want {
-		t.Errorf("lastUpdated = %v, want %v", body["lastUpdated"], want)
 	}
 	// No pending change: healthy however long ago the last sync was.
 	clk.Step(time.Hour)
@@ -85,11 +150,11 @@ func TestHealthzTurnsStaleWhenAChangeWaitsTooLong(t *testing.T) {
 }
 
 func TestHealthzNodeEligibility(t *testing.T) {
-	hs := NewHealthzServer(time.Minute, clocktesting.NewFakeClock(t0), nil)
+	hs := ready(clocktesting.NewFakeClock(t0), nil)
 	hs.SetNodeEligible(false)
 	code, body := get(t, hs.Handler(), "/healthz")
-	if code != http.StatusServiceUnavailable || body["nodeEligible"] != false {
-		t.Errorf("ineligible node: /healthz %d %v, want 503 and nodeEligible false", code, body)
+	if code != http.StatusServiceUnavailable || body["nodeEligible"] != false || body["healthy"] != true {
+		t.Errorf("ineligible node: /healthz %d %v, want 503, healthy and nodeEligible false", code, body)
 	}
 	code, body = get(t, hs.Handler(), "/livez")
 	if code != http.StatusOK {
@@ -98,29 +163,52 @@ func TestHealthzNodeEligibility(t *testing.T) {
 	if _, ok := body["nodeEligible"]; ok {
 		t.Errorf("/livez body has nodeEligible: %v", body)
 	}
+	// An unknown node is not eligible either, as in kube-proxy.
+	hs = NewHealthzServer(time.Minute, clocktesting.NewFakeClock(t0), nil)
+	hs.SetFamilies(v4)
+	hs.Updated(v4)
+	if code, body := get(t, hs.Handler(), "/healthz"); code != http.StatusServiceUnavailable || body["nodeEligible"] != false {
+		t.Errorf("unknown node: /healthz %d %v, want 503 and nodeEligible false", code, body)
+	}
+	if !hs.Healthy() || hs.Ready() {
+		t.Errorf("unknown node: Healthy %v Ready %v, want true false", hs.Healthy(), hs.Ready())
+	}
+}
+
+func TestHealthzLivezTurnsStaleBeforeTheFirstSync(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	hs := NewHealthzServer(time.Minute, clk, nil)
+	hs.SetFamilies(v4)
+	hs.QueuedUpdate()
+	clk.Step(61 * time.Second)
+	if code, _ := get(t, hs.Handler(), "/livez"); code != http.StatusServiceUnavailable {
+		t.Errorf("a change waited past the timeout for the first sync: /livez %d, want 503", code)
+	}
 }
 
 func TestHealthzChangesQueuedDuringASyncStayPending(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
-	hs := NewHealthzServer(time.Minute, clk, nil)
+	hs := ready(clk, nil)
 	hs.QueuedUpdate()
 	start := clk.Now()
 	clk.Step(time.Second)
 	hs.QueuedUpdate() // arrives while the sync runs
 	clk.Step(time.Second)
-	hs.UpdatedAsOf(start)
+	hs.UpdatedAsOf(v4, start)
+	hs.UpdatedAsOf(v6, start)
 	clk.Step(time.Minute)
 	if hs.Healthy() {
 		t.Fatalf("a change queued during the sync and never applied is not reported stale")
 	}
-	hs.UpdatedAsOf(clk.Now())
+	hs.UpdatedAsOf(v4, clk.Now())
+	hs.UpdatedAsOf(v6, clk.Now())
 	if !hs.Healthy() {
 		t.Fatalf("healthy = false after a sync that applied everything")
 	}
 }
 
 func TestHealthzServesOverHTTP(t *testing.T) {
-	hs := NewHealthzServer(time.Minute, nil, nil)
+	hs := ready(clocktesting.NewFakeClock(t0), nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
