@@ -168,6 +168,18 @@ var goldens = []golden{
 		fixture.AddSlice(st, partial, "partial-1", fixture.Targets(partial, 8080),
 			fixture.Endpoint("10.1.0.6", fixture.NodeName, fixture.Zone("zone-a"), fixture.Hints("zone-a")),
 			fixture.Endpoint("10.2.0.7", "node-b", fixture.Zone("zone-b")))
+		// trafficDistribution PreferSameNode: node hints name this node, so only its
+		// endpoint is used, not the other one of its zone.
+		same := fixture.AddService(st, "default/same-node", "172.30.0.12", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, same, "same-node-1", fixture.Targets(same, 8080),
+			fixture.Endpoint("10.1.0.8", fixture.NodeName, fixture.Zone("zone-a"), fixture.Hints("zone-a"), fixture.NodeHints(fixture.NodeName)),
+			fixture.Endpoint("10.3.0.8", "node-c", fixture.Zone("zone-a"), fixture.Hints("zone-a"), fixture.NodeHints("node-c")),
+			fixture.Endpoint("10.2.0.8", "node-b", fixture.Zone("zone-b"), fixture.Hints("zone-b"), fixture.NodeHints("node-b")))
+		// No endpoint for this node: its zone's endpoints.
+		zone := fixture.AddService(st, "default/same-zone", "172.30.0.13", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, zone, "same-zone-1", fixture.Targets(zone, 8080),
+			fixture.Endpoint("10.3.0.9", "node-c", fixture.Zone("zone-a"), fixture.Hints("zone-a"), fixture.NodeHints("node-c")),
+			fixture.Endpoint("10.2.0.9", "node-b", fixture.Zone("zone-b"), fixture.Hints("zone-b"), fixture.NodeHints("node-b")))
 	}},
 	{name: "sctp-udp", families: ipv4, cluster: func(st *state.ClusterState) {
 		sig := fixture.AddService(st, "telco/sig", "172.30.0.10", fixture.NodePortType, fixture.Ports(fixture.SCTP("m3ua", 2905, 32905), fixture.UDP("gtp", 2152, 32152)))

@@ -349,6 +349,13 @@ func ConvertEndpointSlice(s *discoveryv1.EndpointSlice) (*EndpointSlice, error) 
 				}
 				ep.ZoneHints = append(ep.ZoneHints, z.Name)
 			}
+			for j, n := range e.Hints.ForNodes {
+				if n.Name == "" {
+					fe.addMsg(fmt.Sprintf("%s.hints.forNodes[%d].name", path, j), "required")
+					continue
+				}
+				ep.NodeHints = append(ep.NodeHints, n.Name)
+			}
 		}
 		out.Endpoints = append(out.Endpoints, ep)
 	}

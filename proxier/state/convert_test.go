@@ -558,7 +558,20 @@ func TestConvertEndpointSlice(t *testing.T) {
 			testSlice(func(s *discoveryv1.EndpointSlice) {
 				s.Endpoints[0].Hints = &discoveryv1.EndpointHints{ForNodes: []discoveryv1.ForNode{{Name: "node-a"}}}
 			}),
-			wantSlice(),
+			wantSlice(func(s *EndpointSlice) { s.Endpoints[0].NodeHints = []string{"node-a"} }),
+		},
+		{
+			"node and zone hints",
+			testSlice(func(s *discoveryv1.EndpointSlice) {
+				s.Endpoints[0].Hints = &discoveryv1.EndpointHints{
+					ForZones: []discoveryv1.ForZone{{Name: "z1"}},
+					ForNodes: []discoveryv1.ForNode{{Name: "node-a"}, {Name: "node-b"}},
+				}
+			}),
+			wantSlice(func(s *EndpointSlice) {
+				s.Endpoints[0].ZoneHints = []string{"z1"}
+				s.Endpoints[0].NodeHints = []string{"node-a", "node-b"}
+			}),
 		},
 		{
 			"ports: nil port skipped, defaults",

@@ -44,7 +44,7 @@ func (s *ClusterState) Endpoints(svc *Service, p ServicePort) []Endpoint {
 				ep := Endpoint{
 					Address: e.Address, Port: sp.Port,
 					Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating,
-					NodeName: e.NodeName, Zone: e.Zone, ZoneHints: e.ZoneHints,
+					NodeName: e.NodeName, Zone: e.Zone, ZoneHints: e.ZoneHints, NodeHints: e.NodeHints,
 				}
 				k := ep.AddrPort()
 				if i, dup := find(k); dup {
@@ -82,8 +82,8 @@ func (s *ClusterState) Endpoints(svc *Service, p ServicePort) []Endpoint {
 // Kubernetes specifies it.
 type Selection struct {
 	// Cluster holds the endpoints for cluster-wide traffic: the ready ones (narrowed
-	// by topology hints when those apply), or, when none is ready, the serving and
-	// terminating ones.
+	// by topology hints when those apply, see Topology), or, when none is ready, the
+	// serving and terminating ones.
 	Cluster []Endpoint
 	// Local holds this node's endpoints: the ready ones, or, when none is ready, the
 	// serving and terminating ones.
@@ -98,13 +98,35 @@ type Selection struct {
 	Any bool
 }
 
+// Topology says which hints narrow a Service port's cluster-wide endpoints on a node.
+type Topology int
+
+// The topology modes, as kube-proxy names them after trafficDistribution.
+const (
+	// TopologyNone uses every ready endpoint.
+	TopologyNone Topology = iota
+	// TopologyPreferSameZone uses the ready endpoints hinted for the node's zone.
+	TopologyPreferSameZone
+	// TopologyPreferSameNode uses the ready endpoints hinted for the node.
+	TopologyPreferSameNode
+)
+
+// String returns the mode's trafficDistribution name ("" for TopologyNone).
+func (t Topology) String() string {
+	switch t {
+	case TopologyPreferSameZone:
+		return "PreferSameZone"
+	case TopologyPreferSameNode:
+		return "PreferSameNode"
+	}
+	return ""
+}
+
 // Select chooses the endpoints of a Service port for node, given all its endpoints.
 func Select(svc *Service, eps []Endpoint, node Node) Selection {
-	useTopology := canUseTopology(eps, node)
+	mode := TopologyOf(eps, node)
 	var sel Selection
-	sel.Cluster = filter(eps, func(e Endpoint) bool {
-		return e.Ready && (!useTopology || slices.Contains(e.ZoneHints, node.Zone))
-	})
+	sel.Cluster = filter(eps, func(e Endpoint) bool { return e.Ready && mode.admits(e, node) })
 	if len(sel.Cluster) == 0 {
 		sel.Cluster = filter(eps, func(e Endpoint) bool { return e.Serving && e.Terminating })
 	}
@@ -124,25 +146,53 @@ func Select(svc *Service, eps []Endpoint, node Node) Selection {
 	return sel
 }
 
-// canUseTopology reports whether topology hints apply: every ready endpoint has
-// hints and at least one hint names the node's zone.
-func canUseTopology(eps []Endpoint, node Node) bool {
-	if node.Zone == "" {
-		return false
-	}
-	matched := false
+// TopologyOf returns the topology mode of endpoints eps on node, as kube-proxy
+// decides it from the hints the EndpointSlice controller writes for a Service's
+// trafficDistribution (PreferSameNode sets node and zone hints, PreferSameZone and
+// PreferClose zone hints, topology-aware routing zone hints): PreferSameNode when
+// every ready endpoint has node hints and one names the node; else PreferSameZone
+// when every ready endpoint has zone hints and one names the node's zone; else none,
+// and every ready endpoint is used. So a node without a hinted endpoint falls back
+// to its zone's, then to all of them, and never goes without endpoints while some
+// are ready.
+func TopologyOf(eps []Endpoint, node Node) Topology {
+	ready, allNode, forNode, allZone, forZone := false, true, false, true, false
 	for _, e := range eps {
 		if !e.Ready {
 			continue
 		}
-		if len(e.ZoneHints) == 0 {
-			return false
+		ready = true
+		if len(e.NodeHints) == 0 {
+			allNode = false
+		} else if node.Name != "" && slices.Contains(e.NodeHints, node.Name) {
+			forNode = true
 		}
-		if slices.Contains(e.ZoneHints, node.Zone) {
-			matched = true
+		if len(e.ZoneHints) == 0 {
+			allZone = false
+		} else if node.Zone != "" && slices.Contains(e.ZoneHints, node.Zone) {
+			forZone = true
 		}
 	}
-	return matched
+	switch {
+	case !ready:
+		return TopologyNone
+	case allNode && forNode:
+		return TopologyPreferSameNode
+	case allZone && forZone:
+		return TopologyPreferSameZone
+	}
+	return TopologyNone
+}
+
+// admits reports whether endpoint e may take cluster-wide traffic of node under mode t.
+func (t Topology) admits(e Endpoint, node Node) bool {
+	switch t {
+	case TopologyPreferSameNode:
+		return slices.Contains(e.NodeHints, node.Name)
+	case TopologyPreferSameZone:
+		return slices.Contains(e.ZoneHints, node.Zone)
+	}
+	return true
 }
 
 // filter returns the endpoints of eps that keep accepts: eps itself when it accepts

@@ -8,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// ep describes an endpoint compactly: "10.1.0.5 node-a z1 ready hints=z1,z2";
-// the words after the address are a node name (node-*), a zone (z*), the
-// conditions ready, serving and terminating, and hints.
+// ep describes an endpoint compactly: "10.1.0.5 node-a z1 ready hints=z1,z2
+// nodehints=node-a"; the words after the address are a node name (node-*), a zone
+// (z*), the conditions ready, serving and terminating, zone hints and node hints.
 func ep(desc string) Endpoint {
 	f := strings.Fields(desc)
 	e := Endpoint{Address: netip.MustParseAddr(f[0]), Port: 8080}
@@ -28,6 +28,8 @@ func ep(desc string) Endpoint {
 			e.Terminating = true
 		case strings.HasPrefix(w, "hints="):
 			e.ZoneHints = strings.Split(strings.TrimPrefix(w, "hints="), ",")
+		case strings.HasPrefix(w, "nodehints="):
+			e.NodeHints = strings.Split(strings.TrimPrefix(w, "nodehints="), ",")
 		default:
 			panic("bad endpoint word " + w)
 		}
@@ -266,5 +268,110 @@ func TestEndpoints(t *testing.T) {
 
 	if eps := st.Endpoints(&Service{Name: ServiceName{Namespace: "default", Name: "none"}}, svc.Ports[0]); len(eps) != 0 {
 		t.Errorf("Endpoints of a Service without slices = %v, want none", eps)
+	}
+}
+
+// TestTopologyOf follows kube-proxy's topologyModeFromHints: node hints first, then
+// zone hints, each only when every ready endpoint has them and one names this node
+// (zone); otherwise every ready endpoint.
+func TestTopologyOf(t *testing.T) {
+	nodeA := Node{Name: "node-a", Zone: "z1"}
+	tests := []struct {
+		name        string
+		node        Node
+		eps         []string
+		want        Topology
+		wantCluster []string
+	}{
+		{
+			name: "PreferSameNode: node hints name the node",
+			node: nodeA,
+			eps: []string{
+				"10.1.0.5 node-a z1 ready hints=z1 nodehints=node-a",
+				"10.1.0.6 node-c z1 ready hints=z1 nodehints=node-c",
+				"10.2.0.5 node-b z2 ready hints=z2 nodehints=node-b",
+			},
+			want: TopologyPreferSameNode, wantCluster: []string{"10.1.0.5"},
+		},
+		{
+			name: "PreferSameNode without an endpoint for the node falls back to the zone",
+			node: nodeA,
+			eps: []string{
+				"10.1.0.6 node-c z1 ready hints=z1 nodehints=node-c",
+				"10.2.0.5 node-b z2 ready hints=z2 nodehints=node-b",
+			},
+			want: TopologyPreferSameZone, wantCluster: []string{"10.1.0.6"},
+		},
+		{
+			name: "and to every endpoint when the zone has none either",
+			node: nodeA,
+			eps: []string{
+				"10.2.0.5 node-b z2 ready hints=z2 nodehints=node-b",
+				"10.3.0.5 node-c z3 ready hints=z3 nodehints=node-c",
+			},
+			want: TopologyNone, wantCluster: []string{"10.2.0.5", "10.3.0.5"},
+		},
+		{
+			name: "a ready endpoint without node hints disables them, zone hints still apply",
+			node: nodeA,
+			eps: []string{
+				"10.1.0.5 node-a z1 ready hints=z1 nodehints=node-a",
+				"10.1.0.6 node-c z1 ready hints=z1",
+				"10.2.0.5 node-b z2 ready hints=z2 nodehints=node-b",
+			},
+			want: TopologyPreferSameZone, wantCluster: []string{"10.1.0.5", "10.1.0.6"},
+		},
+		{
+			name: "node hints only, without zone hints",
+			node: nodeA,
+			eps: []string{
+				"10.1.0.5 node-a z1 ready nodehints=node-a",
+				"10.2.0.5 node-b z2 ready nodehints=node-b",
+			},
+			want: TopologyPreferSameNode, wantCluster: []string{"10.1.0.5"},
+		},
+		{
+			name: "node hints work on a node without a zone",
+			node: Node{Name: "node-a"},
+			eps: []string{
+				"10.1.0.5 node-a ready hints=z1 nodehints=node-a",
+				"10.2.0.5 node-b ready hints=z2 nodehints=node-b",
+			},
+			want: TopologyPreferSameNode, wantCluster: []string{"10.1.0.5"},
+		},
+		{
+			name: "not-ready endpoints neither need hints nor are chosen",
+			node: nodeA,
+			eps: []string{
+				"10.1.0.5 node-a z1 ready nodehints=node-a",
+				"10.1.0.7 node-a z1 serving terminating",
+				"10.2.0.5 node-b z2 ready nodehints=node-b",
+			},
+			want: TopologyPreferSameNode, wantCluster: []string{"10.1.0.5"},
+		},
+		{
+			name: "no ready endpoint: no topology, the terminating fallback is not narrowed",
+			node: nodeA,
+			eps: []string{
+				"10.1.0.5 node-c z1 serving terminating nodehints=node-c",
+				"10.2.0.5 node-b z2 serving terminating nodehints=node-b",
+			},
+			want: TopologyNone, wantCluster: []string{"10.1.0.5", "10.2.0.5"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var eps []Endpoint
+			for _, d := range tt.eps {
+				eps = append(eps, ep(d))
+			}
+			if got := TopologyOf(eps, tt.node); got != tt.want {
+				t.Errorf("TopologyOf = %q, want %q", got, tt.want)
+			}
+			sel := Select(&Service{}, eps, tt.node)
+			if diff := cmp.Diff(tt.wantCluster, addrsOf(sel.Cluster)); diff != "" {
+				t.Errorf("Cluster (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

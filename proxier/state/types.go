@@ -136,6 +136,9 @@ type SliceEndpoint struct {
 	Zone        string
 	// ZoneHints are the zones of hints.forZones; nil when the endpoint has no hints.
 	ZoneHints []string
+	// NodeHints are the nodes of hints.forNodes (set by the EndpointSlice controller
+	// for trafficDistribution PreferSameNode); nil when the endpoint has none.
+	NodeHints []string
 }
 
 // Endpoint is one backend of one Service port.
@@ -148,6 +151,7 @@ type Endpoint struct {
 	NodeName    string
 	Zone        string
 	ZoneHints   []string
+	NodeHints   []string
 }
 
 // AddrPort returns the endpoint's address and port.
