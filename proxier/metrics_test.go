@@ -14,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"sigs.k8s.io/knftables"
 
@@ -214,6 +217,78 @@ func gaugeValue(t *testing.T, text, series string) float64 {
 	}
 	t.Fatalf("scrape lacks %s", series)
 	return 0
+}
+
+// TestHealthzFollowsTheProxier checks /healthz and /livez as the Proxier drives
+// them: not ready before the first sync of every family, stale per family when a
+// change waits behind a failing sync.
+func TestHealthzFollowsTheProxier(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	hz := health.NewHealthzServer(time.Minute, clk, nil)
+	p, fs := newTestProxier(t, func(c *Config) { c.Clock, c.Healthz = clk, hz })
+	p.OnNodeUpdate(node("192.168.0.10"))
+	p.OnServiceUpdate(webService())
+	if code, body := getJSON(t, hz, "/healthz"); code != http.StatusServiceUnavailable || body["nodeEligible"] != true {
+		t.Errorf("before the first sync: /healthz %d %v, want 503 on an eligible node", code, body)
+	}
+	if code, _ := getJSON(t, hz, "/livez"); code != http.StatusOK {
+		t.Errorf("before the first sync: /livez %d, want 200", code)
+	}
+	mustSync(t, p)
+	if code, body := getJSON(t, hz, "/healthz"); code != http.StatusOK {
+		t.Errorf("after the first sync: /healthz %d %v, want 200", code, body)
+	}
+
+	fs[knftables.IPv4Family].setFailing(true)
+	p.OnEndpointSliceUpdate(webSlice(ep("10.1.0.5", "node-a")))
+	if err := p.Sync(context.Background()); err == nil {
+		t.Fatal("sync over a failing nft succeeded")
+	}
+	clk.Step(61 * time.Second)
+	for _, path := range []string{"/healthz", "/livez"} {
+		code, body := getJSON(t, hz, path)
+		st, _ := body["status"].(map[string]any)
+		if code != http.StatusServiceUnavailable || st["IPv4"].(map[string]any)["healthy"] != false || st["IPv6"].(map[string]any)["healthy"] != true {
+			t.Errorf("IPv4 failing past the timeout: %s %d %v, want 503 with IPv4 alone unhealthy", path, code, body)
+		}
+	}
+	fs[knftables.IPv4Family].setFailing(false)
+	mustSync(t, p)
+	if code, body := getJSON(t, hz, "/healthz"); code != http.StatusOK {
+		t.Errorf("after the retry: /healthz %d %v, want 200", code, body)
+	}
+}
+
+// TestConntrackCleanupIsMeasuredByFamily checks kube-proxy's conntrack reconciler
+// metrics: one cleanup per family with stale entries, its entries counted under
+// the family.
+func TestConntrackCleanupIsMeasuredByFamily(t *testing.T) {
+	cl := &recordingCleaner{}
+	p, _ := newTestProxier(t, func(c *Config) { c.Conntrack = cl })
+	p.OnServiceUpdate(service("kube-system", "dns", "fd00:30::53", dnsPort))
+	dnsSlice := func(eps ...endpoint) {
+		sl := slice("kube-system", "dns", "dns-1", []port{target(dnsPort, 5353)}, eps...)
+		sl.AddressType = discoveryv1.AddressTypeIPv6
+		p.OnEndpointSliceUpdate(sl)
+		mustSync(t, p)
+	}
+	dnsSlice(ep("fd00:1::9", "node-b"), ep("fd00:1::10", "node-b"))
+	dnsSlice(ep("fd00:1::10", "node-b"))
+	if len(cl.filters) != 2 {
+		t.Fatalf("cleared %v, want two cleanups", cl.filters)
+	}
+	if got := testutil.ToFloat64(p.metrics.ConntrackDeleted.WithLabelValues("IPv6")); got != 2 {
+		t.Errorf("IPv6 conntrack entries deleted = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(p.metrics.ConntrackDeleted.WithLabelValues("IPv4")); got != 0 {
+		t.Errorf("IPv4 conntrack entries deleted = %v, want 0", got)
+	}
+	if n := histogramCount(t, p, "kubeproxy_conntrack_reconciler_sync_duration_seconds", `ip_family="IPv6"`); n != 2 {
+		t.Errorf("IPv6 conntrack cleanups measured = %d, want 2", n)
+	}
+	if n := histogramCount(t, p, "kubeproxy_conntrack_reconciler_sync_duration_seconds", `ip_family="IPv4"`); n != 0 {
+		t.Errorf("IPv4 conntrack cleanups measured = %d, want 0", n)
+	}
 }
 
 func TestServiceHealthNodePortsFollowTheProxier(t *testing.T) {

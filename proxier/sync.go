@@ -63,8 +63,10 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 
 // apply builds and applies the ruleset of every family, from the state read at
 // start. A family that fails does not stop the others; the error names each failed
-// family.
+// family. Each family's sync duration is its own build and transaction plus what
+// the families share (taking the changes and the state).
 func (p *Proxier) apply(ctx context.Context, st *state.ClusterState, start time.Time) error {
+	shared := p.clock.Since(start)
 	var errs []error
 	for _, fam := range p.families {
 		famStart := p.clock.Now()
@@ -78,7 +80,7 @@ func (p *Proxier) apply(ctx context.Context, st *state.ClusterState, start time.
 		} else {
 			res, err = p.firstSync(ctx, fam, st)
 		}
-		p.metrics.ObserveSync(fam, res.Full, p.clock.Since(famStart))
+		p.metrics.ObserveSync(fam, res.Full, shared+p.clock.Since(famStart))
 		if res.Fallback != nil {
 			p.log.Warn("sync went through nft after its netlink batch failed; later syncs use nft only",
 				"family", string(fam), "err", res.Fallback)
