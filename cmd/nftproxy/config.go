@@ -9,9 +9,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
@@ -70,6 +73,12 @@ type Configuration struct {
 	// Verbosity is the log verbosity (-v): 0 and 1 log at info level, 2 and more
 	// at debug level.
 	Verbosity int `json:"verbosity,omitempty"`
+	// proxyMode is kube-proxy's mode (its file's mode, --proxy-mode): nftables or
+	// empty.
+	proxyMode string
+	// warnings are remarks on settings that are accepted and not applied (see
+	// fromKubeProxy, kubeProxyOnly).
+	warnings []string
 }
 
 // defaultConfiguration returns the configuration when neither file nor flags say
@@ -98,16 +107,25 @@ type Options struct {
 	HealthzBindAddress string
 	MetricsBindAddress string
 	// Cleanup asks to remove the tables and exit.
-	Cleanup  bool
-	LogLevel slog.Level
+	Cleanup bool
+	// Version asks to print the version and exit; InitOnly to exit once the
+	// configuration is checked (kube-proxy's --init-only).
+	Version, InitOnly bool
+	// ConfigWritten is the file --write-config-to wrote the configuration to; the
+	// daemon then exits.
+	ConfigWritten string
+	LogLevel      slog.Level
 	// Warnings are non-fatal remarks on the configuration, logged at start.
 	Warnings []string
 }
 
 // commandFlags are the flags that exist only on the command line.
 type commandFlags struct {
-	config  string
-	cleanup bool
+	config        string
+	cleanup       bool
+	version       bool
+	initOnly      bool
+	writeConfigTo string
 }
 
 // newFlagSet returns the daemon's flags, bound to c and cf. The current values of c
@@ -126,6 +144,10 @@ func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "host:port of /healthz and /livez (empty disables)")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port of /metrics (empty disables)")
 	fs.IntVar(&c.Verbosity, "v", c.Verbosity, "log verbosity: 2 and more log at debug level")
+	fs.BoolVar(&cf.version, "version", false, "print the version and exit")
+	fs.BoolVar(&cf.initOnly, "init-only", false, "check the configuration and exit, as kube-proxy's init container does (nftproxy needs no privileged initialization)")
+	fs.StringVar(&cf.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
+	addKubeProxyFlags(fs, c)
 	return fs
 }
 
@@ -163,7 +185,13 @@ func loadConfig(args []string) (*Options, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts.Cleanup = cf.cleanup
+	opts.Cleanup, opts.Version, opts.InitOnly = cf.cleanup, cf.version, cf.initOnly
+	if cf.writeConfigTo != "" {
+		if err := saveConfig(cf.writeConfigTo, cfg); err != nil {
+			return nil, err
+		}
+		opts.ConfigWritten = cf.writeConfigTo
+	}
 	return opts, nil
 }
 
@@ -174,20 +202,28 @@ func (e helpError) Error() string        { return e.usage }
 func (e helpError) Is(target error) bool { return target == flag.ErrHelp }
 
 // loadFile decodes the configuration file at path over cfg, strictly: an unknown,
-// wrongly-cased or duplicate field is an error.
+// wrongly-cased or duplicate field is an error. The file is nftproxy's own kind or
+// kube-proxy's KubeProxyConfiguration (see fromKubeProxy).
 func loadFile(path string, cfg *Configuration) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
-	if err := ruleset.DecodeStrict(data, cfg); err != nil {
+	gvk, err := typeOf(data)
+	if err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
-	if cfg.APIVersion != ConfigAPIVersion {
-		return fmt.Errorf("config file %s: apiVersion: %q, want %q", path, cfg.APIVersion, ConfigAPIVersion)
+	switch {
+	case gvk.Kind == KubeProxyKind && gvk.GroupVersion().String() == KubeProxyAPIVersion:
+		err = fromKubeProxy(data, cfg)
+	case gvk.Kind == ConfigKind && gvk.GroupVersion().String() == ConfigAPIVersion:
+		err = ruleset.DecodeStrict(data, cfg)
+	default:
+		err = fmt.Errorf("apiVersion: %q, kind: %q: want %s %s, or kube-proxy's %s %s",
+			gvk.GroupVersion(), gvk.Kind, ConfigAPIVersion, ConfigKind, KubeProxyAPIVersion, KubeProxyKind)
 	}
-	if cfg.Kind != ConfigKind {
-		return fmt.Errorf("config file %s: kind: %q, want %q", path, cfg.Kind, ConfigKind)
+	if err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
 	}
 	return nil
 }
@@ -205,12 +241,15 @@ func (c Configuration) options() (*Options, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	o.Ruleset, o.Warnings = rc, warnings
+	o.Ruleset, o.Warnings = rc, append(slices.Clone(c.warnings), warnings...)
 	if o.SyncPeriod, err = parseDuration(c.SyncPeriod, false); err != nil {
 		errs = append(errs, fieldError("syncPeriod", "sync-period", "%v", err))
 	}
 	if o.MinSyncPeriod, err = parseDuration(c.MinSyncPeriod, true); err != nil {
 		errs = append(errs, fieldError("minSyncPeriod", "min-sync-period", "%v", err))
+	}
+	if err := checkProxyMode(c.proxyMode); err != nil {
+		errs = append(errs, err)
 	}
 	if err := checkBindAddress(c.HealthzBindAddress); err != nil {
 		errs = append(errs, fieldError("healthzBindAddress", "healthz-bind-address", "%v", err))
@@ -276,4 +315,18 @@ func nodeName(override string) (string, error) {
 		name = strings.ToLower(h)
 	}
 	return name, nil
+}
+
+// saveConfig writes cfg to path as nftproxy's own configuration kind, which
+// --config reads back.
+func saveConfig(path string, cfg Configuration) error {
+	cfg.APIVersion, cfg.Kind = ConfigAPIVersion, ConfigKind
+	data, err := yaml.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("write-config-to: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		return fmt.Errorf("write-config-to: %w", err)
+	}
+	return nil
 }

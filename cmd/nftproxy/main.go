@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
@@ -71,9 +72,21 @@ func run(ctx context.Context, args []string, stderr io.Writer, d deps) int {
 		fmt.Fprintf(stderr, "nftproxy: %v\n", err)
 		return 1
 	}
+	if opts.Version {
+		fmt.Fprintf(stderr, "nftproxy %s\n", buildVersion())
+		return 0
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: opts.LogLevel}))
 	for _, w := range opts.Warnings {
 		log.Warn(w)
+	}
+	switch {
+	case opts.ConfigWritten != "":
+		log.Info("wrote the configuration", "file", opts.ConfigWritten)
+		return 0
+	case opts.InitOnly:
+		log.Info("configuration checked; nothing else to initialize (--init-only)")
+		return 0
 	}
 	if opts.Cleanup {
 		if err := proxier.Cleanup(ctx, d.newNFT, opts.Ruleset.Table); err != nil {
@@ -88,4 +101,26 @@ func run(ctx context.Context, args []string, stderr io.Writer, d deps) int {
 		return 1
 	}
 	return 0
+}
+
+// version is the release, set at link time (-ldflags "-X main.version=v1.2.3");
+// without it buildVersion reads the module's build information.
+var version string
+
+// buildVersion returns version, or the main module's version and VCS revision.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+	}
+	return v
 }
