@@ -64,7 +64,25 @@ type Program struct {
 // mix of both. Unsupported syntax is a *CompileError naming the table, chain, rule
 // and column.
 func CompileText(src string) (*Program, error) {
+	return CompileTextOptions(src, CompileOptions{})
+}
+
+// CompileOptions change what Compile* accepts.
+type CompileOptions struct {
+	// Forks accepts what a packet cannot decide — limit rate, quota, ct count, xt
+	// matches and targets (whose payload nft does not show), socket, meta random
+	// other than iptables' statistic, meta time, day, hour and cpu — as forks: a
+	// trace follows both outcomes, each branch labelled with what it assumes
+	// (Branch.Assumptions, "under limit rate 10/second"). Without it each is a
+	// *CompileError, so that a ruleset that compiles is one whose every path the
+	// packet decides (numgen random and statistic forks carry probabilities).
+	Forks bool
+}
+
+// CompileTextOptions is CompileText with options.
+func CompileTextOptions(src string, o CompileOptions) (*Program, error) {
 	p := newParser(src)
+	p.opts = o
 	if err := p.parseFile(); err != nil {
 		return nil, err
 	}

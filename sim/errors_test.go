@@ -18,11 +18,11 @@ func TestCompileErrors(t *testing.T) {
 		line, col         int
 		msg               string
 	}{
-		{"add table ip t\nadd chain ip t c\nadd rule ip t c ip ttl 64 drop\n", "ip t", "c", "", 0, "ip ttl 64 drop", 3, 4,
-			`unsupported ip field "ttl" (supported: saddr, daddr, protocol)`},
-		{"add table ip t\nadd chain ip t c\nadd rule ip t c accept\nadd rule ip t c tcp dport 80 ip saddr 1.2.3.4 tcp flags syn drop\n", "ip t", "c", "", 1,
-			"tcp dport 80 ip saddr 1.2.3.4 tcp flags syn drop", 4, 35, `unsupported tcp field "flags" (supported: sport, dport)`},
-		{"table ip t {\n chain c {\n  accept\n  limit rate 10/second accept\n }\n}", "ip t", "c", "", 1, "limit rate 10/second accept", 4, 1, `unsupported statement "limit"`},
+		{"add table ip t\nadd chain ip t c\nadd rule ip t c ip id 64 drop\n", "ip t", "c", "", 0, "ip id 64 drop", 3, 4,
+			`unsupported ip field "id" (supported: saddr, daddr, protocol, ttl, dscp, length, version)`},
+		{"add table ip t\nadd chain ip t c\nadd rule ip t c accept\nadd rule ip t c tcp dport 80 ip saddr 1.2.3.4 tcp window 5 drop\n", "ip t", "c", "", 1,
+			"tcp dport 80 ip saddr 1.2.3.4 tcp window 5 drop", 4, 35, `unsupported tcp field "window" (supported: sport, dport, flags)`},
+		{"table ip t {\n chain c {\n  accept\n  limit rate 10/second accept\n }\n}", "ip t", "c", "", 1, "limit rate 10/second accept", 4, 1, `limit rate depends on the rate of earlier packets, which a packet cannot show (CompileOptions.Forks follows both outcomes)`},
 		{"table ip t { chain c { jump nowhere } }", "ip t", "c", "", 0, "jump nowhere", 1, 6, `no such chain "nowhere"`},
 		{"table ip t { chain c { ip daddr @missing drop } }", "ip t", "c", "", 0, "ip daddr @missing drop", 1, 10, `no such set or map "missing" in table ip t`},
 		{"table ip t { chain c { ip saddr 10.0.0.300 drop } }", "ip t", "c", "", 0, "ip saddr 10.0.0.300 drop", 1, 10, `bad ipv4_addr value "10.0.0.300"`},
@@ -41,8 +41,8 @@ func TestCompileErrors(t *testing.T) {
 		{"table ip t { chain c { type filter hook ingress priority 0; } }", "ip t", "c", "", -1, "", 1, 41, `hook "ingress" is not supported`},
 		{"table ip t { chain c { type filter hook input priority 0; }\n chain d { jump c } }", "ip t", "d", "", 0, "jump c", 2, 6, `cannot jump to base chain "c"`},
 		{"table ip t { chain c { ip saddr $foo } }", "ip t", "c", "", 0, "ip saddr $foo", 1, 10, "variables ($foo) are not supported"},
-		{"table ip t { chain c { meta skuid 0 accept } }", "ip t", "c", "", 0, "meta skuid 0 accept", 1, 6, `unsupported meta key "skuid"`},
-		{"table ip t { chain c { icmp type echo-request accept } }", "ip t", "c", "", 0, "icmp type echo-request accept", 1, 1, `unsupported expression "icmp"`},
+		{"table ip t { chain c { meta ibrname br0 accept } }", "ip t", "c", "", 0, "meta ibrname br0 accept", 1, 6, `unsupported meta key "ibrname"`},
+		{"table ip t { chain c { ether saddr 0:1:2:3:4:5 accept } }", "ip t", "c", "", 0, "ether saddr 0:1:2:3:4:5 accept", 1, 1, `unsupported expression "ether"`},
 		{"table ip t { chain c { ip saddr } }", "ip t", "c", "", 0, "ip saddr", 1, 10, "ip saddr: missing value to compare with"},
 		{"table ip t { chain c { ip saddr 1.1.1.1 frob } }", "ip t", "c", "", 0, "ip saddr 1.1.1.1 frob", 1, 18, `unknown expression "frob"`},
 		{`table ip t { chain c { comment "x } }`, "ip t", "c", "", -1, "", 1, 32, "unterminated string"},
@@ -58,7 +58,7 @@ func TestCompileErrors(t *testing.T) {
 		{"table ip t { chain c { type nat hook prerouting priority 0; dnat to 1.1.1.1-1.1.1.5 } }", "ip t", "c", "", 0, "dnat to 1.1.1.1-1.1.1.5", 1, 9,
 			"address ranges in dnat are not supported"},
 		{"table ip t { chain c { ip6 saddr ::1 } }", "ip t", "c", "", 0, "ip6 saddr ::1", 1, 1, "ip6 saddr in an ip table"},
-		{"table ip t { chain c { fib daddr oif eth0 } }", "ip t", "c", "", 0, "fib daddr oif eth0", 1, 11, "fib oif lookups are not supported (only type)"},
+		{"table ip t { chain c { fib daddr mark eth0 } }", "ip t", "c", "", 0, "fib daddr mark eth0", 1, 11, `expected type, oif or oifname in fib expression, found "mark"`},
 		{"table ip t { chain c { numgen random mod 0 vmap { 0 : drop } } }", "ip t", "c", "", 0, "numgen random mod 0 vmap { 0 : drop }", 1, 19, `bad numgen modulus "0"`},
 		{"table ip t { set s { type ipv4_addr; }\n chain c { update @s { tcp dport } } }", "ip t", "c", "", 0, "update @s { tcp dport }", 2, 8,
 			"datatype mismatch: @s has key ipv4_addr, expression has inet_service"},
@@ -111,8 +111,8 @@ func TestCompileErrors(t *testing.T) {
 }
 
 func TestCompileErrorText(t *testing.T) {
-	_, err := CompileText("add table ip t\nadd chain ip t c\nadd rule ip t c ip ttl 64 drop\n")
-	want := `table ip t chain c rule 0 "ip ttl 64 drop": line 3 column 4: unsupported ip field "ttl" (supported: saddr, daddr, protocol)`
+	_, err := CompileText("add table ip t\nadd chain ip t c\nadd rule ip t c ip id 64 drop\n")
+	want := `table ip t chain c rule 0 "ip id 64 drop": line 3 column 4: unsupported ip field "id" (supported: saddr, daddr, protocol, ttl, dscp, length, version)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("error = %v\nwant %s", err, want)
 	}
@@ -123,7 +123,7 @@ func TestCompileFakeWrapsErrors(t *testing.T) {
 	tx := fake.NewTransaction()
 	tx.Add(&knftables.Table{})
 	tx.Add(&knftables.Chain{Name: "c"})
-	tx.Add(&knftables.Rule{Chain: "c", Rule: "ip ttl 64 drop"})
+	tx.Add(&knftables.Rule{Chain: "c", Rule: "ip id 64 drop"})
 	if err := fake.Run(t.Context(), tx); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,10 @@ type pktState struct {
 	iif, oif string
 	mark     uint32
 	nftrace  bool
+	// local says the node sent the packet (it has a socket); ttl is its IPv4 TTL or
+	// IPv6 hop limit, which forwarding decrements.
+	local bool
+	ttl   uint8
 
 	ctAttached bool
 	untracked  bool
@@ -197,10 +201,18 @@ func (c *evalCtx) expiresText(exp time.Time) string {
 }
 
 func (c *evalCtx) choose(n int, e *numgenExpr) int {
+	v := c.decide(Choice{Expr: e.String(), Mod: n, Probability: 1 / float64(n)})
+	c.note(fmt.Sprintf("%s = %d (1 of %d)", e, v, n))
+	return v
+}
+
+// decide takes the next decision of the run's script for ch (Mod values; the first
+// run takes 0) and records it.
+func (c *evalCtx) decide(ch Choice) int {
 	i := len(c.run.choices)
 	if i >= maxChoices {
 		if c.err == nil {
-			c.err = fmt.Errorf("more than %d numgen decisions on one path", maxChoices)
+			c.err = fmt.Errorf("more than %d decisions (numgen, random matches, forks) on one path", maxChoices)
 		}
 		return 0
 	}
@@ -208,7 +220,7 @@ func (c *evalCtx) choose(n int, e *numgenExpr) int {
 	if i < len(c.run.script) {
 		v = c.run.script[i]
 	}
-	ch := Choice{Expr: e.String(), Value: v, Mod: n, Rule: c.ruleIx}
+	ch.Value, ch.Rule = v, c.ruleIx
 	if c.tab != nil {
 		ch.Table = c.tab.id()
 	}
@@ -216,7 +228,34 @@ func (c *evalCtx) choose(n int, e *numgenExpr) int {
 		ch.Chain = c.ch.name
 	}
 	c.run.choices = append(c.run.choices, ch)
-	c.note(fmt.Sprintf("%s = %d (1 of %d)", e, v, n))
+	return v
+}
+
+// fork follows both outcomes of what the packet cannot decide: it returns 0 on the
+// branch that assumes outcomes[0] and 1 on the one that assumes outcomes[1].
+func (c *evalCtx) fork(expr string, outcomes [2]string) int {
+	v := c.decide(Choice{Expr: expr, Mod: 2, Assumed: true})
+	c.run.choices[len(c.run.choices)-1].Outcome = outcomes[v]
+	c.note("assuming " + outcomes[v])
+	return v
+}
+
+// chance follows both outcomes of a random match that holds with probability p: it
+// returns 0 on the branch where it holds. A certain outcome does not fork.
+func (c *evalCtx) chance(expr string, p float64) int {
+	switch {
+	case p >= 1:
+		return 0
+	case p <= 0:
+		return 1
+	}
+	v := c.decide(Choice{Expr: expr, Mod: 2})
+	ch := &c.run.choices[len(c.run.choices)-1]
+	ch.Probability, ch.Outcome = p, expr+" held"
+	if v == 1 {
+		ch.Probability, ch.Outcome = 1-p, expr+" did not hold"
+	}
+	c.note(fmt.Sprintf("%s (probability %s)", ch.Outcome, formatProb(ch.Probability)))
 	return v
 }
 
@@ -426,7 +465,7 @@ type branchWalk struct {
 func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 	st := &pktState{
 		fam: p.Family(), proto: p.Protocol, src: p.Src, dst: p.Dst, iif: p.IIf, oif: p.OIf,
-		mark: p.Mark, declared: p.CT, untracked: p.CT == packet.CTUntracked,
+		mark: p.Mark, declared: p.CT, untracked: p.CT == packet.CTUntracked, ttl: 64,
 	}
 	r := &run{script: script, steps: make([]Step, 0, 64)}
 	c := &evalCtx{rt: rt, st: st, run: r, now: rt.env.now(), ruleIx: -1, arena: make([]byte, 512)}
@@ -438,6 +477,7 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 	out := w.out
 	switch {
 	case p.IIf == "" && rt.local.has(p.Src.Addr()):
+		st.local = true
 		c.step(Step{Kind: StepNote, Rule: -1, Detail: "locally generated: source " + p.Src.Addr().String() + " is a node address and there is no input interface"})
 		c.setOutputOIf()
 		if w.pass(HookOutput) {
@@ -473,6 +513,8 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		if r, ok := rt.env.route(st.dst.Addr()); ok {
 			st.oif = r.Dev
 		}
+		// ip_forward decrements the TTL before the forward hook.
+		st.ttl--
 		w.route(st.dst.Addr().String() + " is not a local address: forward via " + ifOrUnknown(st.oif))
 		if !w.pass(HookForward, HookPostrouting) {
 			out.Delivery = DeliveryForward
@@ -499,7 +541,9 @@ func (w *branchWalk) finish() (*Branch, error) {
 	}
 	prob := 1.0
 	for _, ch := range r.choices {
-		prob /= float64(ch.Mod)
+		if !ch.Assumed {
+			prob *= ch.Probability
+		}
 	}
 	return &Branch{Probability: prob, Choices: r.choices, Steps: r.steps, Outcome: *out, run: r}, nil
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"net/netip"
 	"strconv"
+	"strings"
 
 	"github.com/nftproxy/nftproxy/nftdata"
 	"github.com/nftproxy/nftproxy/packet"
@@ -104,6 +105,8 @@ var metaTypes = map[string]*nftdata.Type{
 	"l4proto": nftdata.InetProto, "nfproto": nftdata.NFProto, "protocol": nftdata.EtherType, "mark": nftdata.Mark,
 	"iif": nftdata.IfaceIndex, "iifname": nftdata.Ifname, "oif": nftdata.IfaceIndex, "oifname": nftdata.Ifname,
 	"nftrace": nftdata.Integer8,
+	"pkttype": nftdata.Integer8, "iiftype": integer16, "oiftype": integer16, "length": nftdata.Integer32,
+	"skuid": nftdata.Integer32, "skgid": nftdata.Integer32,
 }
 
 func (e *metaExpr) typ() fieldTypes { return fieldTypes{metaTypes[e.key]} }
@@ -138,7 +141,7 @@ func (e *metaExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 		}
 		return append(b, 0), true
 	}
-	return b, false
+	return e.evalExtra(c, b)
 }
 
 func appendIfname(b []byte, name string) []byte {
@@ -254,22 +257,77 @@ func (e *numgenExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 	return append(b, be32(v+e.offset)...), true
 }
 
-// fibExpr is "fib saddr|daddr [. iif|. oif|. mark] type": the address type of the
-// packet's source or destination, judged against the node's addresses.
+// fibExpr is "fib saddr|daddr [. iif|. oif|. mark] type|oif|oifname": the address
+// type of the packet's source or destination, judged against the node's addresses,
+// or the interface the route to it leaves by. With saddr the lookup is the reverse
+// path check: the route back to the source, which with ". iif" must leave by the
+// interface the packet came in on.
 type fibExpr struct {
-	addr  string // saddr, daddr
-	extra string // "", ". iif", ". oif", ". mark" (accepted, no effect: the node has one table)
+	addr   string // saddr, daddr
+	extra  string // "", ". iif", ". oif", ". mark" (mark: no effect, the node has one table)
+	result string // type, oif, oifname
 }
 
-func (e *fibExpr) typ() fieldTypes { return fieldTypes{nftdata.FibAddrType} }
-func (e *fibExpr) String() string  { return "fib " + e.addr + e.extra + " type" }
+func (e *fibExpr) typ() fieldTypes {
+	switch e.result {
+	case "oif":
+		return fieldTypes{nftdata.IfaceIndex}
+	case "oifname":
+		return fieldTypes{nftdata.Ifname}
+	}
+	return fieldTypes{nftdata.FibAddrType}
+}
+
+func (e *fibExpr) String() string { return "fib " + e.addr + e.extra + " " + e.result }
 
 func (e *fibExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 	a := c.st.dst.Addr()
 	if e.addr == "saddr" {
 		a = c.st.src.Addr()
 	}
-	return append(b, be32(c.rt.addrType(a))...), true
+	if e.result == "type" {
+		return append(b, be32(c.rt.addrType(a))...), true
+	}
+	return appendIfname(b, c.fibOIf(e, a)), true
+}
+
+// fibOIf is the interface a fib lookup of a finds, "" for none (fib ... oif missing).
+func (c *evalCtx) fibOIf(e *fibExpr, a netip.Addr) string {
+	st := c.st
+	iif := strings.Contains(e.extra, "iif")
+	if st.iif == "lo" || (st.iif == "" && st.local) {
+		// The kernel answers loopback traffic with the input interface itself.
+		if st.iif != "" {
+			return st.iif
+		}
+		return "lo"
+	}
+	if c.rt.local.has(a) && e.addr == "daddr" {
+		return "lo"
+	}
+	if len(c.rt.env.Routes) == 0 {
+		// Without routes every address is taken to be reachable, through the input
+		// interface when the lookup is bound to it.
+		dev := st.iif
+		if !iif || dev == "" {
+			dev = st.oif
+		}
+		if dev == "" {
+			dev = "?"
+		}
+		c.note("fib: no routes known (Env.Routes), " + a.String() + " assumed reachable via " + dev)
+		return dev
+	}
+	r, ok := c.rt.env.route(a)
+	if !ok {
+		c.note("fib: no route to " + a.String())
+		return ""
+	}
+	if iif && e.addr == "saddr" && r.Dev != st.iif {
+		c.note("fib: the route to " + a.String() + " leaves by " + r.Dev + ", not by " + st.iif)
+		return ""
+	}
+	return r.Dev
 }
 
 // concatExpr is "a . b . c".

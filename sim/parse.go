@@ -19,6 +19,7 @@ type parser struct {
 	refs []chainRef
 	// setUses are the named sets rules refer to, checked for deletion at the end.
 	setUses []setUse
+	opts    CompileOptions
 }
 
 // setUse is a rule's reference to a named set.

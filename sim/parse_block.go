@@ -91,6 +91,19 @@ func (p *parser) parseTableBody(tab *table) error {
 			if err := p.skipCounter(); err != nil {
 				return err
 			}
+		case "ct":
+			k, err := p.next()
+			if err != nil {
+				return err
+			}
+			if k.kind != tWord || (k.text != "helper" && k.text != "timeout" && k.text != "expectation") {
+				return p.errTok(k, "table %s: unsupported object \"ct %s\"", tab.id(), k.text)
+			}
+			// ct helper, timeout and expectation objects shape related flows and
+			// timeouts, not the path of a packet.
+			if err := p.skipCounter(); err != nil {
+				return err
+			}
 		default:
 			return p.errTok(t, "table %s: unsupported object %q", tab.id(), t.text)
 		}

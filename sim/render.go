@@ -19,7 +19,14 @@ func (t *Trace) String() string {
 			}
 			b.WriteByte('\n')
 			for _, ch := range br.Choices {
-				fmt.Fprintf(&b, "  choice: %s = %d (%s chain %s rule %d)\n", ch.Expr, ch.Value, ch.Table, ch.Chain, ch.Rule)
+				switch {
+				case ch.Assumed:
+					fmt.Fprintf(&b, "  assuming: %s (%s chain %s rule %d)\n", ch.Outcome, ch.Table, ch.Chain, ch.Rule)
+				case ch.Outcome != "":
+					fmt.Fprintf(&b, "  choice: %s, probability %s (%s chain %s rule %d)\n", ch.Outcome, formatProb(ch.Probability), ch.Table, ch.Chain, ch.Rule)
+				default:
+					fmt.Fprintf(&b, "  choice: %s = %d (%s chain %s rule %d)\n", ch.Expr, ch.Value, ch.Table, ch.Chain, ch.Rule)
+				}
 			}
 		}
 		br.render(&b)
@@ -27,6 +34,9 @@ func (t *Trace) String() string {
 	if len(t.Branches) > 1 {
 		b.WriteString("endpoints:\n")
 		for _, e := range t.Endpoints() {
+			if e.Assumptions != "" {
+				fmt.Fprintf(&b, "  assuming %s:", e.Assumptions)
+			}
 			fmt.Fprintf(&b, "  %s %s", formatProb(e.Probability), e.Verdict)
 			if e.Verdict == VerdictAccept {
 				fmt.Fprintf(&b, " %s %s", e.Delivery, formatAddrPort(e.Addr, t.Packet.Protocol))

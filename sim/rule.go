@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/nftproxy/nftproxy/nftdata"
@@ -111,8 +112,8 @@ func (rp *ruleParser) parseRule() ([]stmt, error) {
 }
 
 var unsupportedStmts = map[string]bool{
-	"limit": true, "quota": true, "queue": true, "fwd": true, "dup": true, "tproxy": true,
-	"synproxy": true, "flow": true, "xt": true, "secmark": true, "last": true, "connlimit": true,
+	"queue": true, "fwd": true, "dup": true, "tproxy": true,
+	"synproxy": true, "flow": true, "secmark": true, "last": true, "connlimit": true,
 }
 
 func (rp *ruleParser) parseStmt() (stmt, error) {
@@ -176,7 +177,22 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 		if rp.isWord(1, "set") {
 			return rp.parseMetaSet(start)
 		}
+	case "tcp":
+		if rp.isWord(1, "option") {
+			return rp.parseTCPOption()
+		}
 	case "ct":
+		if rp.isWord(1, "helper") && rp.isWord(2, "set") {
+			rp.next()
+			rp.next()
+			rp.next()
+			if n := rp.next(); n.kind != tString && n.kind != tWord {
+				return nil, errAt(n, "expected a ct helper name, found %s", n.show())
+			}
+			// The helper only follows the connection's related flows (ftp data,
+			// ...), which a single packet's trace does not reach.
+			return &noopStmt{txt: rp.textFrom(start)}, nil
+		}
 		if rp.isWord(1, "mark") && rp.isWord(2, "set") {
 			rp.next()
 			rp.next()
@@ -187,6 +203,9 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 			}
 			return &setMetaStmt{target: "ctmark", val: val, txt: rp.textFrom(start)}, nil
 		}
+	}
+	if s, err := rp.parseForkStmt(); s != nil || err != nil {
+		return s, err
 	}
 	if unsupportedStmts[t.text] {
 		return nil, errAt(t, "unsupported statement %q", t.text)
@@ -223,4 +242,39 @@ func (p *parser) addElem(s *setDef, tab *table, e elemSpec) {
 
 func (p *parser) addRef(v *verdict, tab *table, ctx CompileError) {
 	p.refs = append(p.refs, chainRef{v: v, table: tab, ctx: ctx})
+}
+
+// parseTCPOption reads "tcp option maxseg size set rt mtu|N", which clamps the MSS of
+// a SYN: the simulator's packets carry no options, so it changes nothing they show.
+// Matches on TCP options are not supported.
+func (rp *ruleParser) parseTCPOption() (stmt, error) {
+	start := rp.i
+	rp.next()
+	opt := rp.next()
+	o := rp.next()
+	if !rp.isWord(0, "size") || o.text != "maxseg" {
+		if o.text == "maxseg" && rp.isWord(0, "size") {
+			o = rp.peek()
+		}
+		return nil, errAt(o, "unsupported tcp option %s (only \"maxseg size set\")", o.show())
+	}
+	rp.next()
+	if !rp.isWord(0, "set") {
+		return nil, errAt(opt, "matches on tcp options are not supported (only \"tcp option maxseg size set\")")
+	}
+	rp.next()
+	v := rp.next()
+	switch {
+	case v.kind == tWord && v.text == "rt":
+		if _, err := rp.expectWord("mtu"); err != nil {
+			return nil, err
+		}
+	case v.kind == tWord:
+		if _, err := strconv.ParseUint(v.text, 0, 16); err != nil {
+			return nil, errAt(v, "bad maxseg size %s", v.show())
+		}
+	default:
+		return nil, errAt(v, "expected a maxseg size or rt mtu, found %s", v.show())
+	}
+	return &noopStmt{txt: rp.textFrom(start)}, nil
 }

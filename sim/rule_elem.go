@@ -44,7 +44,11 @@ func (ep *elemParser) parse() (elemSpec, error) {
 			}
 		}
 		t := ep.next()
-		lo, hi, err := parseConst(ty, t)
+		var sym symbols
+		if f < len(s.syms) {
+			sym = s.syms[f]
+		}
+		lo, hi, err := parseSymConst(ty, sym, t)
 		if err != nil {
 			var pe *posError
 			if errors.As(err, &pe) {

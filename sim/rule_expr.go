@@ -153,6 +153,7 @@ func (rp *ruleParser) parseAnonElements(s *setDef) error {
 
 var exprKeywords = map[string]bool{
 	"ip": true, "ip6": true, "tcp": true, "udp": true, "sctp": true, "th": true, "meta": true,
+	"icmp": true, "icmpv6": true,
 	"ct": true, "numgen": true, "fib": true, "mark": true, "iif": true, "iifname": true,
 	"oif": true, "oifname": true, "l4proto": true, "nfproto": true,
 }
@@ -160,13 +161,13 @@ var exprKeywords = map[string]bool{
 func isExprKeyword(s string) bool { return exprKeywords[s] }
 
 var unsupportedExprs = map[string]bool{
-	"jhash": true, "symhash": true, "icmp": true, "icmpv6": true, "ether": true, "vlan": true,
+	"jhash": true, "symhash": true, "ether": true, "vlan": true,
 	"arp": true, "rt": true, "osf": true, "socket": true, "exthdr": true, "ipsec": true,
 	"udplite": true, "dccp": true, "ah": true, "esp": true, "comp": true, "hbh": true,
 	"frag": true, "dst": true, "mh": true, "srh": true, "igmp": true, "gre": true,
 	"vxlan": true, "geneve": true, "gretap": true, "cgroupv2": true,
-	"skuid": true, "skgid": true, "pkttype": true, "cpu": true, "iiftype": true, "oiftype": true,
-	"iifgroup": true, "oifgroup": true, "rtclassid": true, "cgroup": true, "length": true,
+	"cpu":      true,
+	"iifgroup": true, "oifgroup": true, "rtclassid": true, "cgroup": true,
 	"priority": true, "random": true, "ibrname": true, "obrname": true,
 	"sdif": true, "sdifname": true, "secpath": true, "time": true, "day": true, "hour": true,
 }
@@ -223,6 +224,13 @@ func (rp *ruleParser) parseBinop() (expr, error) {
 				return nil, errAt(at, "bad shift %s", at.show())
 			}
 			b.sh = uint(n)
+		} else if syms := symbolsOf(x); syms != nil && syms[0] != nil {
+			atIx := rp.i - 1
+			v, err := rp.parseSymBits(ft[0], syms[0], at, false)
+			if err != nil {
+				return nil, err
+			}
+			b.arg, b.txt = v, rp.textFrom(atIx)
 		} else {
 			v, err := ft[0].Parse(at.text)
 			if err != nil || at.kind != tWord {
@@ -254,25 +262,48 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 	}
 	switch t.text {
 	case "ip":
-		f, err := field("saddr", "daddr", "protocol")
+		f, err := field("saddr", "daddr", "protocol", "ttl", "dscp", "length", "version")
 		if err != nil {
 			return nil, err
 		}
 		if rp.tab != nil && rp.tab.family == "ip6" {
 			return nil, errAt(t, "ip %s in an ip6 table", f.text)
 		}
-		return &ipField{fam: packet.IPv4, field: f.text}, nil
+		switch f.text {
+		case "saddr", "daddr", "protocol":
+			return &ipField{fam: packet.IPv4, field: f.text}, nil
+		}
+		return &ipHdrField{fam: packet.IPv4, field: f.text}, nil
 	case "ip6":
-		f, err := field("saddr", "daddr", "nexthdr")
+		f, err := field("saddr", "daddr", "nexthdr", "hoplimit", "dscp", "length", "version")
 		if err != nil {
 			return nil, err
 		}
 		if rp.tab != nil && rp.tab.family == "ip" {
 			return nil, errAt(t, "ip6 %s in an ip table", f.text)
 		}
-		return &ipField{fam: packet.IPv6, field: f.text}, nil
+		switch f.text {
+		case "saddr", "daddr", "nexthdr":
+			return &ipField{fam: packet.IPv6, field: f.text}, nil
+		}
+		return &ipHdrField{fam: packet.IPv6, field: f.text}, nil
+	case "icmp", "icmpv6":
+		f, err := field("type", "code")
+		if err != nil {
+			return nil, err
+		}
+		proto := packet.ICMP
+		if t.text == "icmpv6" {
+			proto = packet.ICMPv6
+		}
+		rp.l4proto, rp.l4known = byte(proto), true
+		return &icmpField{proto: proto, field: f.text}, nil
 	case "tcp", "udp", "sctp", "th":
-		f, err := field("sport", "dport")
+		allowed := []string{"sport", "dport"}
+		if t.text == "tcp" {
+			allowed = append(allowed, "flags")
+		}
+		f, err := field(allowed...)
 		if err != nil {
 			return nil, err
 		}
@@ -281,6 +312,9 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 		if ok {
 			// A transport header field implies "meta l4proto P".
 			rp.l4proto, rp.l4known = n, true
+		}
+		if f.text == "flags" {
+			return &tcpFlagsExpr{}, nil
 		}
 		return &thField{proto: packet.Protocol(n), field: f.text}, nil
 	case "meta":
@@ -449,11 +483,50 @@ func (rp *ruleParser) parseFib() (expr, error) {
 		e.extra += " . " + rp.next().text
 	}
 	r := rp.next()
-	if r.kind != tWord || r.text != "type" {
-		if r.kind == tWord && (r.text == "oif" || r.text == "oifname") {
-			return nil, errAt(r, "fib %s lookups are not supported (only type)", r.text)
-		}
-		return nil, errAt(r, "expected \"type\" in fib expression, found %s", r.show())
+	if r.kind != tWord || (r.text != "type" && r.text != "oif" && r.text != "oifname") {
+		return nil, errAt(r, "expected type, oif or oifname in fib expression, found %s", r.show())
 	}
+	e.result = r.text
 	return e, nil
+}
+
+// parseSymBits reads a value of a symbolic type starting at first (already read):
+// NAME or number, "NAME | NAME ...", "( NAME | NAME ... )", and with commas when
+// commas is set ("syn,ack"); the names' values are ORed together.
+func (rp *ruleParser) parseSymBits(t *nftdata.Type, syms symbols, first token, commas bool) ([]byte, error) {
+	paren := first.kind == tOp && first.text == "("
+	tok := first
+	if paren {
+		tok = rp.next()
+	}
+	var out []byte
+	for {
+		lo, hi, err := parseSymConst(t, syms, tok)
+		if err != nil {
+			return nil, err
+		}
+		if string(lo) != string(hi) {
+			return nil, errAt(tok, "a range is not allowed here")
+		}
+		if out == nil {
+			out = lo
+		} else {
+			for i := range out {
+				out[i] |= lo[i]
+			}
+		}
+		n := rp.peek()
+		if (n.kind == tOp && n.text == "|") || (n.kind == tComma && (commas || paren)) {
+			rp.next()
+			tok = rp.next()
+			continue
+		}
+		break
+	}
+	if paren {
+		if c := rp.next(); c.kind != tOp || c.text != ")" {
+			return nil, errAt(c, `expected ")", found %s`, c.show())
+		}
+	}
+	return out, nil
 }

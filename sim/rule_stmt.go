@@ -131,6 +131,25 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		return nil, errAt(r, "%s: missing value to compare with", lhs)
 	}
 	m := &matchStmt{lhs: lhs, op: op}
+	if me, ok := lhs.(*metaExpr); ok && (me.key == "skuid" || me.key == "skgid") {
+		m.und = me
+	}
+	syms := symbolsOf(lhs)
+	if fe, ok := lhs.(*fibExpr); ok && fe.result != "type" && (rp.isWord(0, "missing") || rp.isWord(0, "exists")) && (op == opImplicit || op == opEq || op == opNeq) {
+		// "oif missing": the lookup found no interface (the result is zero).
+		missing := rp.next().text == "missing"
+		if op == opNeq {
+			missing = !missing
+		}
+		m.op = opEq
+		if !missing {
+			m.op = opNeq
+		}
+		m.lo = make([]byte, ft.width())
+		m.hi = m.lo
+		m.txt = rp.textFrom(start)
+		return m, nil
+	}
 	switch {
 	case r.kind == tWord && strings.HasPrefix(r.text, "@"):
 		rp.next()
@@ -143,7 +162,7 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		}
 		m.set = s
 	case r.kind == tLBrace:
-		s := &setDef{table: rp.tab, key: ft, interval: true}
+		s := &setDef{table: rp.tab, key: ft, interval: true, syms: syms}
 		if err := rp.parseAnonElements(s); err != nil {
 			return nil, err
 		}
@@ -154,7 +173,7 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		for j := 0; j < 2*len(ft)-1; j++ {
 			ctoks = append(ctoks, rp.next())
 		}
-		s := &setDef{table: rp.tab, key: ft, interval: true}
+		s := &setDef{table: rp.tab, key: ft, interval: true, syms: syms}
 		ep := &elemParser{p: rp.p, tab: rp.tab, set: s, toks: ctoks, rp: rp}
 		e, err := ep.parse()
 		if err != nil {
@@ -168,6 +187,12 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 			return nil, errAt(r, "cannot compare a verdict")
 		}
 		vt := rp.next()
+		if syms != nil && syms[0] != nil {
+			if err := rp.parseSymMatch(m, syms[0], vt); err != nil {
+				return nil, err
+			}
+			break
+		}
 		lo, hi, err := parseConst(ft[0], vt)
 		if err != nil {
 			return nil, err
@@ -201,6 +226,42 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 	}
 	m.txt = rp.textFrom(start)
 	return m, nil
+}
+
+// parseSymMatch reads the value of a match on an expression with symbolic constants:
+// a name, number or range; for a bitmask (tcp flags) a list of flags ("syn,ack",
+// "syn|ack"), which the implicit match reads as "any of", and an optional mask
+// ("syn / fin,syn,rst,ack": the flags under the mask are exactly syn).
+func (rp *ruleParser) parseSymMatch(m *matchStmt, syms symbols, vt token) error {
+	ft := m.lhs.typ()
+	if !isBitmaskExpr(m.lhs) {
+		lo, hi, err := parseSymConst(ft[0], syms, vt)
+		if err != nil {
+			return err
+		}
+		m.lo, m.hi = lo, hi
+		return nil
+	}
+	v, err := rp.parseSymBits(ft[0], syms, vt, true)
+	if err != nil {
+		return err
+	}
+	m.lo, m.hi = v, v
+	if !rp.isWord(0, "/") {
+		m.bits = m.op == opImplicit
+		return nil
+	}
+	slash := rp.next()
+	maskStart := rp.i
+	mask, err := rp.parseSymBits(ft[0], syms, rp.next(), true)
+	if err != nil {
+		return err
+	}
+	if _, ok := m.lhs.(*binopExpr); ok {
+		return errAt(slash, "a mask after a masked expression")
+	}
+	m.lhs = &binopExpr{op: "&", x: m.lhs, arg: mask, txt: rp.textFrom(maskStart)}
+	return nil
 }
 
 // setsL4 reports whether matching e with a single protocol establishes the rule's

@@ -153,7 +153,12 @@ func (rt *Runtime) pick(t *Trace) int {
 	if len(t.Branches) == 1 {
 		return 0
 	}
-	x := rt.rng.Float64()
+	// Branches of different assumptions each sum to 1; pick among all in proportion.
+	total := 0.0
+	for _, b := range t.Branches {
+		total += b.Probability
+	}
+	x := rt.rng.Float64() * total
 	acc := 0.0
 	for i, b := range t.Branches {
 		acc += b.Probability
@@ -197,7 +202,7 @@ func (rt *Runtime) trace(p packet.Packet) (*Trace, error) {
 		}
 		t.Branches = append(t.Branches, b)
 		if len(t.Branches)+len(queue) > maxBranches {
-			return nil, &TraceError{Packet: p.String(), Msg: fmt.Sprintf("more than %d numgen branches", maxBranches)}
+			return nil, &TraceError{Packet: p.String(), Msg: fmt.Sprintf("more than %d branches", maxBranches)}
 		}
 		for i := len(script); i < len(b.Choices); i++ {
 			for v := 1; v < b.Choices[i].Mod; v++ {
@@ -208,7 +213,7 @@ func (rt *Runtime) trace(p packet.Packet) (*Trace, error) {
 				next[i] = v
 				queue = append(queue, next)
 				if len(t.Branches)+len(queue) > maxBranches {
-					return nil, &TraceError{Packet: p.String(), Msg: fmt.Sprintf("more than %d numgen branches", maxBranches)}
+					return nil, &TraceError{Packet: p.String(), Msg: fmt.Sprintf("more than %d branches", maxBranches)}
 				}
 			}
 		}

@@ -28,7 +28,7 @@ func TestTraceErrors(t *testing.T) {
 		numgen random mod 100 vmap { 0 : accept }
 	} }`)
 	_, err := p.Trace(packet.MustParse("tcp 1.1.1.1:1 -> 192.168.0.2:2 iif eth0"), testEnv)
-	if !errors.As(err, &te) || !strings.Contains(err.Error(), "more than 4096 numgen branches") {
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "more than 4096 branches") {
 		t.Errorf("branch explosion: error %v", err)
 	}
 

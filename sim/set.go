@@ -24,6 +24,9 @@ type setDef struct {
 	timeout  time.Duration // default element timeout (0: none)
 	comment  string
 	deleted  bool // removed by "delete set" after rules referred to it
+	// syms are the symbolic constants of each key field (anonymous sets of icmp
+	// types, tcp flags, ...), nil when none.
+	syms []symbols
 
 	keyW, dataW int
 	arena       []byte

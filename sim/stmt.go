@@ -88,11 +88,21 @@ type matchStmt struct {
 	set    *setDef // anonymous or named set lookup
 	bits   bool    // bitmask semantics: (lhs & lo) != 0
 	txt    string
+	// und, when set, may say the packet cannot decide the match: the trace forks.
+	und interface{ undecided(*evalCtx) string }
 }
 
 func (s *matchStmt) String() string { return s.txt }
 
 func (s *matchStmt) exec(c *evalCtx) (result, *verdict) {
+	if s.und != nil {
+		if why := s.und.undecided(c); why != "" {
+			if c.fork(s.txt, [2]string{s.txt + " holds (" + why + ")", s.txt + " does not hold (" + why + ")"}) == 0 {
+				return rNext, nil
+			}
+			return rBreak, nil
+		}
+	}
 	v, ok := s.lhs.eval(c, c.scratch())
 	if !ok {
 		return rBreak, nil

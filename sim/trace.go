@@ -3,6 +3,7 @@ package sim
 import (
 	"net/netip"
 	"sort"
+	"strings"
 
 	"github.com/nftproxy/nftproxy/packet"
 )
@@ -121,15 +122,29 @@ type Step struct {
 	Packet packet.Packet
 }
 
-// Choice is one numgen random decision a branch took.
+// Choice is one decision a branch took where the trace forked: a numgen random value,
+// the outcome of a random match (iptables' statistic, "meta random & 2147483647 <
+// N"), or, in a program compiled with CompileOptions.Forks, an assumption about what
+// the packet cannot decide (limit rate, quota, xt match, ...).
 type Choice struct {
-	// Expr is the numgen expression, Table/Chain/Rule where it was evaluated.
+	// Expr is the expression or statement, Table/Chain/Rule where it was evaluated.
 	Expr  string
 	Table string
 	Chain string
 	Rule  int
-	// Value was chosen out of Mod equally likely values.
+	// Value was chosen out of Mod values: for numgen the number itself, for a
+	// two-way fork 0 when the match held (or the statement let the packet go on)
+	// and 1 when it did not.
 	Value, Mod int
+	// Probability is the chance of Value: 1/Mod for numgen, the share of random
+	// numbers a random match accepts (or rejects); 0 for an assumption.
+	Probability float64
+	// Outcome says in words what a two-way fork took: "under limit rate
+	// 10/second", "meta random & 2147483647 < 1073741824 held".
+	Outcome string
+	// Assumed says the outcome is an assumption the packet cannot decide; the
+	// branch's Probability is conditional on it.
+	Assumed bool
 }
 
 // Outcome is where one branch of a trace ended.
@@ -161,7 +176,8 @@ type Outcome struct {
 // Branch is one path of a trace: with numgen random, each combination of choices is a
 // branch of its own probability.
 type Branch struct {
-	// Probability of this branch; the branches of a trace sum to 1.
+	// Probability of this branch given its assumptions: the branches of a trace
+	// that make the same assumptions sum to 1 (all of them, when none assume).
 	Probability float64
 	// Choices are the numgen random decisions taken, in order.
 	Choices []Choice
@@ -171,6 +187,19 @@ type Branch struct {
 	Outcome Outcome
 
 	run *run
+}
+
+// Assumptions returns what the branch assumes about what the packet cannot decide,
+// in order ("under limit rate 10/second"); none unless the program was compiled
+// with CompileOptions.Forks.
+func (b *Branch) Assumptions() []string {
+	var out []string
+	for _, ch := range b.Choices {
+		if ch.Assumed {
+			out = append(out, ch.Outcome)
+		}
+	}
+	return out
 }
 
 // Trace is everything a ruleset does to one packet.
@@ -199,31 +228,40 @@ func (t *Trace) Verdict() (v Verdict, ok bool) {
 }
 
 // Endpoint is one possible fate of a packet: its destination address and port after
-// DNAT (or where it was when dropped), the verdict, and the probability.
+// DNAT (or where it was when dropped), the verdict, and the probability, given the
+// assumptions of the branches it stands for.
 type Endpoint struct {
 	Addr        netip.AddrPort
 	Verdict     Verdict
 	Delivery    Delivery
 	Probability float64
+	// Assumptions are the branches' assumptions (Branch.Assumptions) joined by "; ";
+	// empty when they make none.
+	Assumptions string
 }
 
-// Endpoints aggregates the branches by destination (after DNAT), verdict and delivery.
-// Their probabilities sum to 1. They are sorted by address, then verdict.
+// Endpoints aggregates the branches by destination (after DNAT), verdict, delivery
+// and assumptions. The probabilities of the endpoints of the same assumptions sum
+// to 1. They are sorted by assumptions, address, then verdict.
 func (t *Trace) Endpoints() []Endpoint {
 	type key struct {
-		a netip.AddrPort
-		v Verdict
-		d Delivery
+		a   netip.AddrPort
+		v   Verdict
+		d   Delivery
+		asm string
 	}
 	sum := map[key]float64{}
 	for _, b := range t.Branches {
-		sum[key{b.Outcome.Packet.Dst, b.Outcome.Verdict, b.Outcome.Delivery}] += b.Probability
+		sum[key{b.Outcome.Packet.Dst, b.Outcome.Verdict, b.Outcome.Delivery, strings.Join(b.Assumptions(), "; ")}] += b.Probability
 	}
 	out := make([]Endpoint, 0, len(sum))
 	for k, p := range sum {
-		out = append(out, Endpoint{Addr: k.a, Verdict: k.v, Delivery: k.d, Probability: p})
+		out = append(out, Endpoint{Addr: k.a, Verdict: k.v, Delivery: k.d, Probability: p, Assumptions: k.asm})
 	}
 	sort.Slice(out, func(i, j int) bool {
+		if out[i].Assumptions != out[j].Assumptions {
+			return out[i].Assumptions < out[j].Assumptions
+		}
 		if c := out[i].Addr.Compare(out[j].Addr); c != 0 {
 			return c < 0
 		}
