@@ -21,7 +21,7 @@ import (
 
 // HealthzServer reports whether the proxier keeps its rules up to date, per IP
 // family, with kube-proxy's rules: a family is stale when a change has waited
-// longer than the health timeout for a successful sync (kube-proxy uses twice the
+// the health timeout or longer for a successful sync (kube-proxy uses twice the
 // sync period). /livez answers 200 unless a family is stale. /healthz, which the
 // readiness probe and the load balancers ask, also needs every family to have
 // synced once and the node to be eligible for load-balancer traffic.
@@ -167,7 +167,7 @@ func (h *HealthzServer) status(ready bool) Status {
 			st.LastUpdated = last
 		}
 		oldest, pending := h.oldestPending[f]
-		healthy := !pending || now.Sub(oldest) <= h.timeout
+		healthy := !pending || now.Sub(oldest) < h.timeout // kube-proxy: stale at the timeout
 		if ready && last.IsZero() {
 			healthy = false
 		}

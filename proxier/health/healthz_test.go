@@ -113,18 +113,18 @@ func TestHealthzTurnsStaleWhenAChangeWaitsTooLong(t *testing.T) {
 	h := hs.Handler()
 
 	hs.QueuedUpdate()
-	clk.Step(60 * time.Second)
+	clk.Step(59 * time.Second)
 	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
-		t.Errorf("change pending exactly the timeout: %d, want 200", code)
+		t.Errorf("change pending less than the timeout: %d, want 200", code)
 	}
-	clk.Step(time.Second)
-	hs.Updated(v4) // IPv6 still waits
+	clk.Step(time.Second) // stale at the timeout, as kube-proxy's
+	hs.Updated(v4)        // IPv6 still waits
 	for _, path := range []string{"/healthz", "/livez"} {
 		code, body := get(t, h, path)
 		if code != http.StatusServiceUnavailable {
 			t.Errorf("IPv6 change pending past the timeout: %s %d, want 503", path, code)
 		}
-		if want := t0.Add(61 * time.Second).Format(time.RFC3339Nano); body["lastUpdated"] != want {
+		if want := t0.Add(60 * time.Second).Format(time.RFC3339Nano); body["lastUpdated"] != want {
 			t.Errorf("%s lastUpdated = %v, want the latest sync %v", path, body["lastUpdated"], want)
 		}
 		if st := body["status"].(map[string]any); st["IPv4"].(map[string]any)["healthy"] != true || st["IPv6"].(map[string]any)["healthy"] != false {
