@@ -158,7 +158,7 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 	if b.base == nil {
 		b.base = &owner{}
 	}
-	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st.Node))
+	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st))
 
 	var names []state.ServiceName
 	if changed == nil {

@@ -15,7 +15,7 @@ func (b *Builder) populate(st *state.ClusterState) bool {
 	b.rs.Comment = ruleset.TableComment
 	b.node = st.Node
 	b.base = &owner{}
-	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st.Node))
+	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st))
 
 	svcs := ruleset.SortedServices(st)
 	t := &builderClaims{b: b}

@@ -119,7 +119,7 @@ func (b *refBuilder) Update(st *state.ClusterState, changed map[state.ServiceNam
 	b.rs.Comment = ruleset.TableComment
 
 	b.node = st.Node
-	base := ruleset.BuildBase(b.cfg, b.family, st.Node)
+	base := ruleset.BuildBase(b.cfg, b.family, st)
 	b.replace("", b.base, base)
 	b.base = base
 

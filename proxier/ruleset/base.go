@@ -2,6 +2,7 @@ package ruleset
 
 import (
 	"fmt"
+	"slices"
 
 	"sigs.k8s.io/knftables"
 )
@@ -156,9 +157,12 @@ func (b *layout) addSharedChains() {
 	b.chain(ChainReject, "reject")
 
 	check := []string{ip + " daddr @" + SetClusterIPs + " reject"}
-	if cidrs := b.fam.prefixes(b.cfg.ServiceCIDRs); len(cidrs) > 0 {
-		// An address of the service range that no Service holds is dropped rather than
-		// routed on, where it would leak out of the node's default route.
+	// The service ranges are those of the ServiceCIDR objects, as kube-proxy has
+	// them, and the configured serviceCIDR (for clusters without ServiceCIDRs, and
+	// ranges the objects do not list yet): an address of them that no Service holds
+	// is dropped rather than routed on, where it would leak out of the node's
+	// default route.
+	if cidrs := b.fam.prefixes(slices.Concat(b.cfg.ServiceCIDRs, b.serviceCIDRs)); len(cidrs) > 0 {
 		check = append(check, ip+" daddr "+prefixMatch(cidrs)+" drop")
 	}
 	b.chain(ChainClusterIPsCheck, check...)

@@ -41,10 +41,11 @@ func CheckFamily(family knftables.Family) {
 	}
 }
 
-// BuildBase returns the objects that do not belong to any Service: the table,
-// base and shared chains, sets and maps, and the node's NodePort addresses.
-func BuildBase(cfg Config, family knftables.Family, node state.Node) *Ruleset {
-	b := &layout{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: node}
+// BuildBase returns the objects of st that do not belong to any Service: the table,
+// base and shared chains, sets and maps, the node's NodePort addresses and the drop
+// of unallocated service addresses (cfg.ServiceCIDRs and st.ServiceCIDRs).
+func BuildBase(cfg Config, family knftables.Family, st *state.ClusterState) *Ruleset {
+	b := &layout{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: st.Node, serviceCIDRs: st.ServiceCIDRs}
 	b.rs.Comment = TableComment
 	b.addBaseChains()
 	b.addSetsAndMaps()
@@ -90,6 +91,9 @@ type layout struct {
 	cfg  Config
 	fam  familyInfo
 	node state.Node
+	// serviceCIDRs are the ranges of the cluster's ServiceCIDR objects (BuildBase
+	// only).
+	serviceCIDRs []netip.Prefix
 	// claimer arbitrates frontends between Services.
 	claimer Claimer
 	// prio is the priority of the claims being made.

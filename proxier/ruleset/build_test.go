@@ -181,6 +181,19 @@ var goldens = []golden{
 			fixture.Endpoint("10.3.0.9", "node-c", fixture.Zone("zone-a"), fixture.Hints("zone-a"), fixture.NodeHints("node-c")),
 			fixture.Endpoint("10.2.0.9", "node-b", fixture.Zone("zone-b"), fixture.Hints("zone-b"), fixture.NodeHints("node-b")))
 	}},
+	{name: "service-cidrs", families: dual, cluster: func(st *state.ClusterState) {
+		// The ServiceCIDR objects' ranges join the configured ones (172.30.0.0/16,
+		// fd02::/112) in the drop of unallocated addresses; one inside a configured
+		// range merges into it.
+		st.ServiceCIDRs = fixture.Prefixes("172.30.128.0/17", "172.31.0.0/16", "fd03::/112")
+		web := fixture.AddService(st, "default/web", "172.31.0.10", fixture.Ports(fixture.TCP("http", 80, 0)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName))
+	}},
+	{name: "service-cidrs-only", families: dual, config: func(c *Config) { c.ServiceCIDRs = nil }, cluster: func(st *state.ClusterState) {
+		// Without a configured serviceCIDR, the objects' ranges alone; the ip6 table
+		// has none, so no drop.
+		st.ServiceCIDRs = fixture.Prefixes("172.31.0.0/16")
+	}},
 	{name: "sctp-udp", families: ipv4, cluster: func(st *state.ClusterState) {
 		sig := fixture.AddService(st, "telco/sig", "172.30.0.10", fixture.NodePortType, fixture.Ports(fixture.SCTP("m3ua", 2905, 32905), fixture.UDP("gtp", 2152, 32152)))
 		fixture.AddSlice(st, sig, "sig-1", []state.EndpointPort{

@@ -65,7 +65,7 @@ func (m *minClaims) Remove(key string, _ Claimant) {
 func buildMerged(st *state.ClusterState, cfg Config, family knftables.Family) *Ruleset {
 	rs := New(family, cfg.Table)
 	rs.Comment = TableComment
-	mergeFragment(rs, BuildBase(cfg, family, st.Node))
+	mergeFragment(rs, BuildBase(cfg, family, st))
 
 	svcs := SortedServices(st)
 	// order lists the Services by owner name, the order of merging.

@@ -16,6 +16,7 @@ import (
 	yamlv3 "go.yaml.in/yaml/v3"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	kjson "sigs.k8s.io/json"
@@ -55,7 +56,8 @@ func LoadClusterFile(path, nodeName string) (*ClusterState, []error, error) {
 
 // LoadCluster reads a cluster file from r and returns the state node nodeName would
 // proxy. A cluster file is multi-document Kubernetes YAML holding v1 Services,
-// discovery.k8s.io/v1 EndpointSlices and v1 Nodes, or v1 Lists of them (as
+// discovery.k8s.io/v1 EndpointSlices, v1 Nodes and networking.k8s.io/v1
+// ServiceCIDRs, or v1 Lists of them (as
 // `kubectl get -o yaml` prints), decoded strictly: unknown and duplicate fields are
 // errors. An empty namespace means "default", as for kubectl apply.
 //
@@ -131,6 +133,8 @@ func (t *Tracker) applyObjects(objs []*clusterObject) []error {
 			err = t.UpdateEndpointSlice(obj)
 		case *v1.Node:
 			err = t.UpdateNode(obj)
+		case *networkingv1.ServiceCIDR:
+			err = t.UpdateServiceCIDR(obj)
 		}
 		if err != nil {
 			errs = append(errs, o.locate(err))
@@ -141,7 +145,7 @@ func (t *Tracker) applyObjects(objs []*clusterObject) []error {
 
 // clusterObject is one decoded object of a cluster file, with where it came from.
 type clusterObject struct {
-	obj  any // *v1.Service, *discoveryv1.EndpointSlice or *v1.Node
+	obj  any // *v1.Service, *discoveryv1.EndpointSlice, *v1.Node or *networkingv1.ServiceCIDR
 	file string
 	doc  int
 	// line is the object's first line of content.
@@ -163,6 +167,8 @@ func (o *clusterObject) key() objectKey {
 		return objectKey{KindEndpointSlice, obj.Namespace, obj.Name}
 	case *v1.Node:
 		return objectKey{KindNode, "", obj.Name}
+	case *networkingv1.ServiceCIDR:
+		return objectKey{KindServiceCIDR, "", obj.Name}
 	}
 	return objectKey{}
 }
@@ -329,8 +335,8 @@ func decodeList(o *clusterObject, j []byte) ([]*clusterObject, error) {
 	return objs, nil
 }
 
-// decodeObject decodes one Service, EndpointSlice or Node, strictly, and defaults
-// its namespace.
+// decodeObject decodes one Service, EndpointSlice, Node or ServiceCIDR, strictly,
+// and defaults the namespace of namespaced objects.
 func decodeObject(o *clusterObject, j []byte, tm typeMeta) (any, error) {
 	ns := tm.Metadata.Namespace
 	if ns == "" {
@@ -361,10 +367,16 @@ func decodeObject(o *clusterObject, j []byte, tm typeMeta) (any, error) {
 			return nil, err
 		}
 		return &n, nil
+	case tm.APIVersion == "networking.k8s.io/v1" && tm.Kind == "ServiceCIDR":
+		var c networkingv1.ServiceCIDR
+		if err := o.strictDecode(j, &c, &objectKey{KindServiceCIDR, "", tm.Metadata.Name}); err != nil {
+			return nil, err
+		}
+		return &c, nil
 	case tm.Kind == "":
 		return nil, o.errorf("no kind")
 	}
-	return nil, o.errorf("unsupported kind %q of apiVersion %q: want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node or v1 List", tm.Kind, tm.APIVersion)
+	return nil, o.errorf("unsupported kind %q of apiVersion %q: want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node, networking.k8s.io/v1 ServiceCIDR or v1 List", tm.Kind, tm.APIVersion)
 }
 
 // strictDecode decodes j into v, refusing unknown and duplicate fields as the API

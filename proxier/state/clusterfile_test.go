@@ -150,12 +150,12 @@ func TestLoadClusterFatalErrors(t *testing.T) {
 		{
 			"unknown kind",
 			svc + "---\n# a config map\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
-			`test.yaml: document 2 (line 9): unsupported kind "ConfigMap" of apiVersion "v1": want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node or v1 List`,
+			`test.yaml: document 2 (line 9): unsupported kind "ConfigMap" of apiVersion "v1": want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node, networking.k8s.io/v1 ServiceCIDR or v1 List`,
 		},
 		{
 			"unknown apiVersion",
 			"apiVersion: discovery.k8s.io/v1beta1\nkind: EndpointSlice\nmetadata:\n  name: x\n",
-			`test.yaml: document 1 (line 1): unsupported kind "EndpointSlice" of apiVersion "discovery.k8s.io/v1beta1": want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node or v1 List`,
+			`test.yaml: document 1 (line 1): unsupported kind "EndpointSlice" of apiVersion "discovery.k8s.io/v1beta1": want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node, networking.k8s.io/v1 ServiceCIDR or v1 List`,
 		},
 		{
 			"no kind",

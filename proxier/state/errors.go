@@ -10,6 +10,7 @@ const (
 	KindService       = "Service"
 	KindEndpointSlice = "EndpointSlice"
 	KindNode          = "Node"
+	KindServiceCIDR   = "ServiceCIDR"
 )
 
 // FieldError is one invalid field of a Kubernetes object.
@@ -31,9 +32,9 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // is malformed. It carries every invalid field of the object, not only the first, so
 // that one look at the log tells the whole story.
 type ObjectError struct {
-	// Kind is KindService, KindEndpointSlice or KindNode.
+	// Kind is KindService, KindEndpointSlice, KindNode or KindServiceCIDR.
 	Kind string
-	// Namespace is empty for cluster-scoped objects (Nodes).
+	// Namespace is empty for cluster-scoped objects (Nodes, ServiceCIDRs).
 	Namespace string
 	Name      string
 	// Fields are the paths of the invalid fields, in the order they were found.

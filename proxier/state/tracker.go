@@ -3,6 +3,7 @@ package state
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"sync"
@@ -12,10 +13,10 @@ import (
 )
 
 // Tracker is the incremental store of the cluster as this node's proxier sees it.
-// The daemon's informer handlers feed it Services, EndpointSlices and the Node, and
-// the syncer reads a consistent ClusterState from it together with the Services that
-// changed since its last sync. Cluster files are loaded through a Tracker as well,
-// so that files and informers share one code path.
+// The daemon's informer handlers feed it Services, EndpointSlices, the Node and
+// ServiceCIDRs, and the syncer reads a consistent ClusterState from it together with
+// the Services that changed since its last sync. Cluster files are loaded through a
+// Tracker as well, so that files and informers share one code path.
 //
 // A malformed object is never half-proxied: its previous valid version is removed,
 // its error is returned and kept (see Errors), and everything else stays. A Tracker
@@ -33,8 +34,12 @@ type Tracker struct {
 	// filed under, so that a deleted or relabelled slice is found without
 	// trusting the labels of the object passed in.
 	sliceOwners map[objectKey]ServiceName
-	changed     map[ServiceName]bool
-	errs        map[objectKey]error
+	// serviceCIDRs holds the ranges of each ServiceCIDR by name, and cidrUnion
+	// their union as ClusterState.ServiceCIDRs has it.
+	serviceCIDRs map[string][]netip.Prefix
+	cidrUnion    []netip.Prefix
+	changed      map[ServiceName]bool
+	errs         map[objectKey]error
 	// snapshot is the last ClusterState returned by State, nil after a change.
 	snapshot *ClusterState
 }
@@ -48,13 +53,14 @@ type objectKey struct {
 // names are ignored.
 func NewTracker(nodeName string) *Tracker {
 	return &Tracker{
-		nodeName:    nodeName,
-		node:        Node{Name: nodeName},
-		services:    map[ServiceName]*Service{},
-		slices:      map[ServiceName]map[string]*EndpointSlice{},
-		sliceOwners: map[objectKey]ServiceName{},
-		changed:     map[ServiceName]bool{},
-		errs:        map[objectKey]error{},
+		nodeName:     nodeName,
+		node:         Node{Name: nodeName},
+		services:     map[ServiceName]*Service{},
+		slices:       map[ServiceName]map[string]*EndpointSlice{},
+		sliceOwners:  map[objectKey]ServiceName{},
+		serviceCIDRs: map[string][]netip.Prefix{},
+		changed:      map[ServiceName]bool{},
+		errs:         map[objectKey]error{},
 	}
 }
 
@@ -177,9 +183,10 @@ func (t *Tracker) State() *ClusterState {
 		// Copying the top-level maps is enough: Services, slices, their inner maps
 		// and the Node are replaced on change, never modified in place.
 		t.snapshot = &ClusterState{
-			Node:     t.node,
-			Services: maps.Clone(t.services),
-			Slices:   maps.Clone(t.slices),
+			Node:         t.node,
+			Services:     maps.Clone(t.services),
+			Slices:       maps.Clone(t.slices),
+			ServiceCIDRs: t.cidrUnion, // replaced on change, never modified
 		}
 	}
 	return t.snapshot

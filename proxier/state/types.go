@@ -157,13 +157,18 @@ type Endpoint struct {
 // AddrPort returns the endpoint's address and port.
 func (e Endpoint) AddrPort() netip.AddrPort { return netip.AddrPortFrom(e.Address, e.Port) }
 
-// ClusterState is everything the ruleset builder needs: this node, every Service and
-// every EndpointSlice, already validated.
+// ClusterState is everything the ruleset builder needs: this node, every Service,
+// every EndpointSlice and the service ranges, already validated.
 type ClusterState struct {
 	Node     Node
 	Services map[ServiceName]*Service
 	// Slices holds the EndpointSlices of each Service, by slice name.
 	Slices map[ServiceName]map[string]*EndpointSlice
+	// ServiceCIDRs are the ranges of every ServiceCIDR object (networking.k8s.io/v1),
+	// both families, sorted and without duplicates: where ClusterIPs are allocated.
+	// The ruleset drops traffic to the addresses of these ranges, and of the
+	// configured serviceCIDR, that no Service holds.
+	ServiceCIDRs []netip.Prefix
 }
 
 // NewClusterState returns an empty ClusterState.
