@@ -495,7 +495,8 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 			break
 		}
 		w.route("looped back: " + st.dst.Addr().String() + " is local, the packet re-enters on lo")
-		st.iif, st.oif = "lo", ""
+		// loopback_xmit orphans the packet: it re-enters without its socket.
+		st.iif, st.oif, st.local = "lo", "", false
 		if !w.pass(HookPrerouting, HookInput) {
 			out.Delivery = DeliveryLocal
 		}
