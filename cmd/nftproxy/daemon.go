@@ -82,6 +82,9 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	}
 	go sh.Run(ctx)
 
+	if err := startServiceCIDRInformer(ctx, client, p.Tracker(), func() { r.Run() }, log); err != nil {
+		return err
+	}
 	if err := startInformers(ctx, client, o.NodeName, p); err != nil {
 		return err
 	}
