@@ -16,6 +16,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
 
@@ -73,6 +74,8 @@ type Configuration struct {
 	// Verbosity is the log verbosity (-v): 0 and 1 log at info level, 2 and more
 	// at debug level.
 	Verbosity int `json:"verbosity,omitempty"`
+	// Conntrack are the conntrack sysctls set at start (kube-proxy's conntrack).
+	Conntrack ConntrackConfiguration `json:"conntrack,omitempty"`
 	// proxyMode is kube-proxy's mode (its file's mode, --proxy-mode): nftables or
 	// empty.
 	proxyMode string
@@ -90,6 +93,7 @@ func defaultConfiguration() Configuration {
 		MinSyncPeriod:      "1s",
 		HealthzBindAddress: "0.0.0.0:10256",
 		MetricsBindAddress: "127.0.0.1:10249",
+		Conntrack:          defaultConntrack(),
 	}
 }
 
@@ -106,6 +110,8 @@ type Options struct {
 	// server is disabled.
 	HealthzBindAddress string
 	MetricsBindAddress string
+	// Conntrack are the conntrack sysctls to set at start.
+	Conntrack conntrack.Sysctls
 	// Cleanup asks to remove the tables and exit.
 	Cleanup bool
 	// Version asks to print the version and exit; InitOnly to exit once the
@@ -147,6 +153,7 @@ func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
 	fs.BoolVar(&cf.version, "version", false, "print the version and exit")
 	fs.BoolVar(&cf.initOnly, "init-only", false, "check the configuration and exit, as kube-proxy's init container does (nftproxy needs no privileged initialization)")
 	fs.StringVar(&cf.writeConfigTo, "write-config-to", "", "write the effective configuration to this file and exit")
+	c.Conntrack.addFlags(fs)
 	addKubeProxyFlags(fs, c)
 	return fs
 }
@@ -247,6 +254,9 @@ func (c Configuration) options() (*Options, error) {
 	}
 	if o.MinSyncPeriod, err = parseDuration(c.MinSyncPeriod, true); err != nil {
 		errs = append(errs, fieldError("minSyncPeriod", "min-sync-period", "%v", err))
+	}
+	if o.Conntrack, err = c.Conntrack.sysctls(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := checkProxyMode(c.proxyMode); err != nil {
 		errs = append(errs, err)

@@ -80,6 +80,7 @@ func fromKubeProxy(data []byte, cfg *Configuration) error {
 		return fieldError("metricsBindAddress", "metrics-bind-address", "%v", err)
 	}
 	cfg.Verbosity = int(kp.Logging.Verbosity)
+	fromKubeProxyConntrack(&kp.Conntrack, &cfg.Conntrack)
 	cfg.warnings = append(cfg.warnings, notApplied(&kp)...)
 	return nil
 }
@@ -90,6 +91,30 @@ type modeSection struct {
 	masqueradeBit *int32
 	syncPeriod    time.Duration
 	minSyncPeriod time.Duration
+}
+
+// fromKubeProxyConntrack sets the conntrack settings kp gives; nil (kubeadm's
+// null) is kube-proxy's default, which is c's.
+func fromKubeProxyConntrack(kp *kpconfig.KubeProxyConntrackConfiguration, c *ConntrackConfiguration) {
+	if kp.MaxPerCore != nil {
+		c.MaxPerCore = kp.MaxPerCore
+	}
+	if kp.Min != nil {
+		c.Min = kp.Min
+	}
+	if kp.TCPEstablishedTimeout != nil {
+		c.TCPEstablishedTimeout = kp.TCPEstablishedTimeout.Duration.String()
+	}
+	if kp.TCPCloseWaitTimeout != nil {
+		c.TCPCloseWaitTimeout = kp.TCPCloseWaitTimeout.Duration.String()
+	}
+	c.TCPBeLiberal = kp.TCPBeLiberal
+	if d := kp.UDPTimeout.Duration; d != 0 {
+		c.UDPTimeout = d.String()
+	}
+	if d := kp.UDPStreamTimeout.Duration; d != 0 {
+		c.UDPStreamTimeout = d.String()
+	}
 }
 
 // kubeProxyBindAddress turns a kube-proxy bind address into the daemon's: empty is
@@ -150,10 +175,6 @@ func notApplied(kp *kpconfig.KubeProxyConfiguration) []string {
 		"winkernel section and windowsRunAsService", "they apply to Windows nodes")
 	add(kp.DetectLocal.BridgeInterface != "" && kp.DetectLocalMode != "BridgeInterface",
 		"detectLocal.bridgeInterface", "detectLocalMode is not BridgeInterface")
-	ct := kp.Conntrack
-	add(ct.MaxPerCore != nil && *ct.MaxPerCore != 0 || ct.Min != nil && *ct.Min != 0 || ct.TCPEstablishedTimeout != nil && ct.TCPEstablishedTimeout.Duration != 0 ||
-		ct.TCPCloseWaitTimeout != nil && ct.TCPCloseWaitTimeout.Duration != 0 || ct.TCPBeLiberal || ct.UDPTimeout.Duration != 0 || ct.UDPStreamTimeout.Duration != 0,
-		"conntrack section", "nftproxy does not set the conntrack sysctls; set them on the node")
 	add(kp.OOMScoreAdj != nil, "oomScoreAdj", "set the Pod's resources or the container runtime's OOM score instead")
 	add(kp.ConfigSyncPeriod.Duration != 0, "configSyncPeriod", "nftproxy's informers do not resync; its own periodic full sync is syncPeriod")
 	add(kp.PortRange != "", "portRange", "kube-proxy ignores it too")

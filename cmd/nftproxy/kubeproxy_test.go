@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nftproxy/nftproxy/proxier/conntrack"
 )
 
 // kubeadmConfig is kube-proxy's configuration as kubeadm writes it.
@@ -127,7 +130,10 @@ func TestKubeProxySettingsNotAppliedAreReported(t *testing.T) {
 	cfg += "featureGates: {MultiCIDRServiceAllocator: true}\n"
 	o := mustLoad(t, "--hostname-override=n", "--config", writeConfig(t, cfg))
 	joined := strings.Join(o.Warnings, "\n")
-	for _, want := range []string{"iptables section", "conntrack section", "featureGates (MultiCIDRServiceAllocator=true)"} {
+	if o.Conntrack.MaxPerCore != 32768 || o.Conntrack.Min != 131072 || o.Conntrack.TCPEstablishedTimeout != 24*time.Hour {
+		t.Errorf("conntrack %+v: want maxPerCore 32768 and kube-proxy's defaults for kubeadm's nulls", o.Conntrack)
+	}
+	for _, want := range []string{"iptables section", "featureGates (MultiCIDRServiceAllocator=true)"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("no warning about %s in:\n%s", want, joined)
 		}
@@ -171,7 +177,12 @@ func TestEveryKubeProxyFlagIsAccepted(t *testing.T) {
 		t.Errorf("--iptables-sync-period and --iptables-min-sync-period gave %v and %v, want 45s and 2s (kube-proxy's nftables mode reads them)", o.SyncPeriod, o.MinSyncPeriod)
 	}
 	joined := strings.Join(o.Warnings, "\n")
-	for _, want := range []string{"--conntrack-min=131072 is not applied", "--ipvs-scheduler=rr is not applied", "--feature-gates=MultiCIDRServiceAllocator=true is not applied"} {
+	ct := o.Conntrack
+	if ct.MaxPerCore != 0 || ct.Min != 131072 || ct.TCPEstablishedTimeout != 24*time.Hour || ct.TCPCloseWaitTimeout != time.Hour ||
+		!ct.TCPBeLiberal || ct.UDPTimeout != 30*time.Second || ct.UDPStreamTimeout != 120*time.Second {
+		t.Errorf("the --conntrack-* flags gave %+v", ct)
+	}
+	for _, want := range []string{"--ipvs-scheduler=rr is not applied", "--feature-gates=MultiCIDRServiceAllocator=true is not applied"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("no warning %q in:\n%s", want, joined)
 		}
@@ -221,5 +232,47 @@ func TestVersionAndInitOnlyExit(t *testing.T) {
 	var stderr bytes.Buffer
 	if code := run(context.Background(), []string{"--init-only", "--proxy-mode=ipvs"}, &stderr, deps{}); code != 1 {
 		t.Errorf("--init-only with a bad configuration: exit %d, want 1", code)
+	}
+}
+
+func TestConntrackSettings(t *testing.T) {
+	o := mustLoad(t, "--hostname-override=n")
+	if o.Conntrack != conntrack.DefaultSysctls {
+		t.Errorf("default conntrack settings %+v, want kube-proxy's %+v", o.Conntrack, conntrack.DefaultSysctls)
+	}
+	o = mustLoad(t, "--hostname-override=n", "--config", writeConfig(t, withField(t, "  udpTimeout: 0s", "  udpTimeout: 15s")))
+	if o.Conntrack.UDPTimeout != 15*time.Second {
+		t.Errorf("conntrack.udpTimeout 15s gave %v", o.Conntrack.UDPTimeout)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--conntrack-min=-1"}, "conntrack.min (--conntrack-min)"},
+		{[]string{"--conntrack-udp-timeout=soon"}, "conntrack.udpTimeout (--conntrack-udp-timeout)"},
+	} {
+		_, err := loadConfig(append([]string{"--hostname-override=n"}, c.args...))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: want an error naming %q, got %v", c.args, c.want, err)
+		}
+	}
+}
+
+func TestSysctlsAtStart(t *testing.T) {
+	var got []conntrack.Sysctls
+	d := deps{sysctls: func(s conntrack.Sysctls) ([]string, error) {
+		got = append(got, s)
+		return []string{"nf_conntrack_udp_timeout=5"}, errors.New("nf_conntrack_max: read-only")
+	}}
+	var stderr bytes.Buffer
+	// --init-only sets them and exits; a failure is its exit code.
+	if code := run(context.Background(), []string{"--hostname-override=n", "--init-only", "--conntrack-udp-timeout=5s"}, &stderr, d); code != 1 {
+		t.Errorf("--init-only with a sysctl that failed: exit %d, want 1\n%s", code, stderr.String())
+	}
+	if len(got) != 1 || got[0].UDPTimeout != 5*time.Second {
+		t.Fatalf("sysctls applied %+v", got)
+	}
+	if !strings.Contains(stderr.String(), "nf_conntrack_udp_timeout=5") || !strings.Contains(stderr.String(), "read-only") {
+		t.Errorf("the log does not show the change and the failure:\n%s", stderr.String())
 	}
 }

@@ -43,10 +43,13 @@ type deps struct {
 	newClient func(o *Options) (kubernetes.Interface, error)
 	// conntrack deletes stale conntrack entries (nil: no cleanup).
 	conntrack proxier.ConntrackCleaner
+	// sysctls sets the conntrack sysctls and returns what it changed (nil: none
+	// are set).
+	sysctls func(conntrack.Sysctls) ([]string, error)
 }
 
 func defaultDeps() deps {
-	return deps{newNFT: proxier.DefaultNewNFT, netlink: proxier.KernelNetlink, newClient: newClient, conntrack: conntrack.NewCleaner()}
+	return deps{newNFT: proxier.DefaultNewNFT, netlink: proxier.KernelNetlink, newClient: newClient, conntrack: conntrack.NewCleaner(), sysctls: applySysctls}
 }
 
 // newClient returns a clientset for --master / --kubeconfig, or the in-cluster
@@ -80,12 +83,25 @@ func run(ctx context.Context, args []string, stderr io.Writer, d deps) int {
 	for _, w := range opts.Warnings {
 		log.Warn(w)
 	}
-	switch {
-	case opts.ConfigWritten != "":
+	if opts.ConfigWritten != "" {
 		log.Info("wrote the configuration", "file", opts.ConfigWritten)
 		return 0
-	case opts.InitOnly:
-		log.Info("configuration checked; nothing else to initialize (--init-only)")
+	}
+	if d.sysctls != nil && !opts.Cleanup {
+		changed, err := d.sysctls(opts.Conntrack)
+		for _, c := range changed {
+			log.Info("set conntrack sysctl", "setting", c)
+		}
+		if err != nil {
+			if opts.InitOnly {
+				log.Error("conntrack sysctls", "err", err)
+				return 1
+			}
+			log.Warn("conntrack sysctls not all set", "err", err)
+		}
+	}
+	if opts.InitOnly {
+		log.Info("initialized (--init-only)")
 		return 0
 	}
 	if opts.Cleanup {
