@@ -1,6 +1,6 @@
-// Package state turns Kubernetes Services, EndpointSlices and the Node into
-// ClusterState: plain, validated data that the ruleset builder reads. No client-go
-// type crosses below this package.
+// Package state turns Kubernetes Services, EndpointSlices, the Node and ServiceCIDRs
+// into ClusterState: plain, validated data that the ruleset builder reads. No
+// client-go type crosses below this package.
 package state
 
 import (
