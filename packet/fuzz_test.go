@@ -14,6 +14,9 @@ func FuzzParsePacket(f *testing.F) {
 		"sctp 1.2.3.4:1 -> 5.6.7.8:2 iif veth1 oif eth0 mark 0x4000 ct established",
 		"icmp 10.0.0.5 -> 10.0.0.1 ct untracked",
 		"icmpv6 fd00::5 -> fd00::1",
+		"icmpv6 fe80::1 -> ff02::1 type nd-router-advert",
+		"icmp 1.2.3.4 -> 5.6.7.8 type 3 code 13",
+		"tcp 1.2.3.4:1 -> 5.6.7.8:2 flags rst,ack",
 		"tpc 1.2.3.4:1 -> 5.6.7.8:2",
 		"tcp [::ffff:1.2.3.4]:1 -> [::1]:2 mark 0",
 	} {

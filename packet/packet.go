@@ -127,6 +127,13 @@ type Packet struct {
 	Mark uint32
 	// CT is the conntrack state; the zero value is CTNew.
 	CT CTState
+	// Flags are a tcp packet's header flags (FlagSYN, ...); zero stands for the usual
+	// ones: SYN for the first packet of a connection (ct new or untracked), ACK for
+	// any other.
+	Flags uint8
+	// ICMP is an icmp or icmpv6 packet's message; its zero value stands for an echo
+	// request (an echo reply in the reply direction of a connection).
+	ICMP ICMPMessage
 }
 
 // Family returns the IP family of the packet's addresses (0 if Src is not valid).
@@ -175,6 +182,15 @@ func (p Packet) Validate() error {
 	if int(p.CT) >= len(ctStateNames) {
 		return fmt.Errorf("unknown conntrack state %d", p.CT)
 	}
+	if p.Flags != 0 && p.Protocol != TCP {
+		return fmt.Errorf("%s has no tcp flags", p.Protocol)
+	}
+	if p.ICMP != (ICMPMessage{}) && p.Protocol != ICMP && p.Protocol != ICMPv6 {
+		return fmt.Errorf("%s has no icmp type", p.Protocol)
+	}
+	if !p.ICMP.Set && p.ICMP != (ICMPMessage{}) {
+		return fmt.Errorf("icmp code without a type")
+	}
 	return nil
 }
 
@@ -190,7 +206,8 @@ func validIfName(name string) error {
 
 // String returns the packet's text form, which Parse reads back:
 //
-//	tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0 mark 0x10 ct established
+//	tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0 mark 0x10 ct established flags ack
+//	icmpv6 fe80::1 -> ff02::1 iif eth0 type nd-router-advert
 //
 // IPv6 addresses with a port are bracketed; protocols without ports print bare
 // addresses. Attributes at their zero value are omitted.
@@ -215,6 +232,18 @@ func (p Packet) String() string {
 	if p.CT != CTNew {
 		b.WriteString(" ct ")
 		b.WriteString(p.CT.String())
+	}
+	if p.Flags != 0 {
+		b.WriteString(" flags ")
+		b.WriteString(FormatTCPFlags(p.Flags))
+	}
+	if p.ICMP.Set {
+		b.WriteString(" type ")
+		b.WriteString(name(ICMPTypeNames(p.Protocol), p.ICMP.Type))
+		if p.ICMP.Code != 0 {
+			b.WriteString(" code ")
+			b.WriteString(strconv.Itoa(int(p.ICMP.Code)))
+		}
 	}
 	return b.String()
 }

@@ -49,12 +49,15 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 
 // Parse reads a packet in its text form:
 //
-//	PROTO SRC -> DST [iif NAME] [oif NAME] [mark N] [ct STATE]
+//	PROTO SRC -> DST [iif NAME] [oif NAME] [mark N] [ct STATE] [flags FLAGS] [type TYPE [code CODE]]
 //
 // PROTO is tcp, udp, sctp, icmp or icmpv6. SRC and DST are ADDR:PORT
 // (`10.0.0.5:40000`, `[fd00::5]:53000`) for protocols with ports and a bare ADDR for
 // icmp and icmpv6. Each trailing attribute appears at most once, in any order; mark
 // is decimal or 0x-hex; STATE is new, established, related, invalid or untracked.
+// flags (tcp only) are nft's flag names joined by commas (`syn,ack`, `rst`); type and
+// code (icmp and icmpv6 only) are nft's names (`echo-reply`, `nd-router-advert`,
+// `port-unreachable`) or numbers.
 // Errors are *ParseError.
 func Parse(s string) (Packet, error) {
 	toks := tokenize(s)
@@ -106,8 +109,19 @@ func Parse(s string) (Packet, error) {
 		key := toks[i].text
 		switch key {
 		case "iif", "oif", "mark", "ct":
+		case "flags":
+			if proto != TCP {
+				return p, errAt(i, "attribute \"flags\" is for tcp only")
+			}
+		case "type", "code":
+			if proto != ICMP && proto != ICMPv6 {
+				return p, errAt(i, "attribute %q is for icmp and icmpv6 only", key)
+			}
+			if key == "code" && !seen["type"] {
+				return p, errAt(i, "attribute \"code\" needs a type before it")
+			}
 		default:
-			return p, errAt(i, "unknown attribute %q (want iif, oif, mark or ct)", key)
+			return p, errAt(i, "unknown attribute %q (want iif, oif, mark, ct, flags, type or code)", key)
 		}
 		if seen[key] {
 			return p, errAt(i, "attribute %q given twice", key)
@@ -139,6 +153,24 @@ func Parse(s string) (Packet, error) {
 				return p, errAt(i+1, "unknown conntrack state %q", val)
 			}
 			p.CT = st
+		case "flags":
+			f, err := ParseTCPFlags(val)
+			if err != nil || f == 0 {
+				return p, errAt(i+1, "bad tcp flags %q (want names such as syn,ack)", val)
+			}
+			p.Flags = f
+		case "type":
+			v, ok := lookup(ICMPTypeNames(proto), val)
+			if !ok {
+				return p, errAt(i+1, "unknown %s type %q", proto, val)
+			}
+			p.ICMP = ICMPMessage{Set: true, Type: v}
+		case "code":
+			v, ok := lookup(ICMPCodeNames(proto), val)
+			if !ok {
+				return p, errAt(i+1, "unknown %s code %q", proto, val)
+			}
+			p.ICMP.Code = v
 		}
 	}
 	return p, nil

@@ -28,6 +28,8 @@ type pktState struct {
 	// IPv6 hop limit, which forwarding decrements.
 	local bool
 	ttl   uint8
+	flags uint8              // tcp flags given with the packet (0: the usual ones)
+	icmp  packet.ICMPMessage // icmp message given with the packet
 
 	ctAttached bool
 	untracked  bool
@@ -114,7 +116,7 @@ func (st *pktState) packet() packet.Packet {
 	if st.conn != nil && ct != packet.CTRelated {
 		ct = packet.CTEstablished
 	}
-	return packet.Packet{Protocol: st.proto, Src: st.src, Dst: st.dst, IIf: st.iif, OIf: st.oif, Mark: st.mark, CT: ct}
+	return packet.Packet{Protocol: st.proto, Src: st.src, Dst: st.dst, IIf: st.iif, OIf: st.oif, Mark: st.mark, CT: ct, Flags: st.flags, ICMP: st.icmp}
 }
 
 // setEffect is a set or map update made on a branch, committed if the branch is.
@@ -466,6 +468,7 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 	st := &pktState{
 		fam: p.Family(), proto: p.Protocol, src: p.Src, dst: p.Dst, iif: p.IIf, oif: p.OIf,
 		mark: p.Mark, declared: p.CT, untracked: p.CT == packet.CTUntracked, ttl: 64,
+		flags: p.Flags, icmp: p.ICMP,
 	}
 	r := &run{script: script, steps: make([]Step, 0, 64)}
 	c := &evalCtx{rt: rt, st: st, run: r, now: rt.env.now(), ruleIx: -1, arena: make([]byte, 512)}
@@ -504,8 +507,14 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		if w.pass(HookPrerouting) {
 			break
 		}
-		if rt.local.has(st.dst.Addr()) {
-			w.route(st.dst.Addr().String() + " is a local address: input")
+		if d := st.dst.Addr(); rt.local.has(d) || pktType(d) != 0 {
+			why := " is a local address: input"
+			if !rt.local.has(d) {
+				// Without multicast routing the kernel delivers multicast and
+				// broadcast locally and forwards none.
+				why = " is a multicast or broadcast address: input"
+			}
+			w.route(d.String() + why)
 			if !w.pass(HookInput) {
 				out.Delivery = DeliveryLocal
 			}

@@ -23,6 +23,7 @@ const kernelMatchRules = `table inet t {
 		icmp type echo-request counter
 		icmp type echo-reply counter
 		icmp code net-unreachable counter
+		icmp type timestamp-request counter
 		icmpv6 type echo-request counter
 		icmpv6 type { nd-router-advert, nd-neighbor-solicit } counter
 		tcp flags syn / fin,syn,rst,ack counter
@@ -36,6 +37,7 @@ const kernelMatchRules = `table inet t {
 		meta length 60 counter
 		meta length 28 counter
 		meta length 104 counter
+		meta length 40 counter
 		ip ttl 64 counter
 		ip ttl < 64 counter
 		ip dscp cs0 counter
@@ -53,7 +55,7 @@ const kernelMatchRules = `table inet t {
 `
 
 // kernelSend sends, from 127.0.0.1, an ICMP echo request (56 bytes of data, as ping)
-// to 127.0.0.2, a TCP SYN to 127.0.0.2:9 (refused), an empty UDP datagram to
+// and an ICMP timestamp request to 127.0.0.2, a TCP SYN to 127.0.0.2:9 (refused), an empty UDP datagram to
 // 127.0.0.2:9 and an ICMPv6 echo request to ::1.
 const kernelSend = `
 import socket, struct
@@ -66,6 +68,10 @@ data = bytes(56)
 hdr = struct.pack("!BBHHH", 8, 0, 0, 0x1234, 1)
 hdr = struct.pack("!BBHHH", 8, 0, csum(hdr + data), 0x1234, 1)
 socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).sendto(hdr + data, ("127.0.0.2", 0))
+ts = bytes(12)
+hdr = struct.pack("!BBHHH", 13, 0, 0, 0x1234, 2)
+hdr = struct.pack("!BBHHH", 13, 0, csum(hdr + ts), 0x1234, 2)
+socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).sendto(hdr + ts, ("127.0.0.2", 0))
 t = socket.socket()
 t.settimeout(1)
 try:
@@ -78,6 +84,7 @@ socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6).sendto(st
 
 var kernelPackets = []string{
 	"icmp 127.0.0.1 -> 127.0.0.2",
+	"icmp 127.0.0.1 -> 127.0.0.2 type timestamp-request",
 	"tcp 127.0.0.1:40000 -> 127.0.0.2:9",
 	"udp 127.0.0.1:40000 -> 127.0.0.2:9",
 	"icmpv6 ::1 -> ::1",

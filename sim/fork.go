@@ -1,0 +1,333 @@
+package sim
+
+import (
+	"strconv"
+	"strings"
+)
+
+// forkStmt is a statement whose outcome the packet cannot decide (limit rate, quota,
+// ct count, an xt match or target, socket, meta time, ...): the trace follows both
+// outcomes, each branch assuming one of them.
+type forkStmt struct {
+	txt string
+	// outcomes are the assumptions of the branch where the match holds (or the
+	// statement lets the packet go on) and of the one where it does not.
+	outcomes [2]string
+	// drop says the second outcome drops the packet instead of ending the rule (xt
+	// target).
+	drop bool
+}
+
+func (s *forkStmt) String() string { return s.txt }
+
+func (s *forkStmt) exec(c *evalCtx) (result, *verdict) {
+	if c.fork(s.txt, s.outcomes) == 0 {
+		return rNext, nil
+	}
+	if s.drop {
+		return rVerdict, dropVerdict
+	}
+	return rBreak, nil
+}
+
+// randomStmt is a match on meta random that holds with a known probability, as
+// iptables-nft writes the statistic match ("meta random & 2147483647 < 1073741824").
+type randomStmt struct {
+	txt string
+	p   float64
+}
+
+func (s *randomStmt) String() string { return s.txt }
+
+func (s *randomStmt) exec(c *evalCtx) (result, *verdict) {
+	if c.chance(s.txt, s.p) == 0 {
+		return rNext, nil
+	}
+	return rBreak, nil
+}
+
+// undecidableMeta are the meta keys whose value a packet cannot show.
+var undecidableMeta = map[string]string{
+	"cpu": "the CPU that handles the packet", "time": "the time the packet arrives",
+	"day": "the day the packet arrives", "hour": "the hour the packet arrives",
+	"random": "a random number", "cgroup": "the sending socket's cgroup",
+	"iifgroup": "the input interface's group", "oifgroup": "the output interface's group",
+	"rtclassid": "the route's realm", "priority": "the packet's priority",
+	"secpath": "IPsec state",
+}
+
+// allowFork returns nil when the program is compiled with forks, else the error that
+// construct at t depends on what a packet cannot show (why).
+func (rp *ruleParser) allowFork(t token, what, why string) error {
+	if rp.p.opts.Forks {
+		return nil
+	}
+	return errAt(t, "%s depends on %s, which a packet cannot show (CompileOptions.Forks follows both outcomes)", what, why)
+}
+
+// parseForkStmt reads limit, quota, ct count, xt, socket and the undecidable meta
+// matches. It returns nil, nil when the statement at hand is none of them.
+func (rp *ruleParser) parseForkStmt() (stmt, error) {
+	start := rp.i
+	t := rp.peek()
+	switch {
+	case t.text == "limit":
+		return rp.parseLimit()
+	case t.text == "quota":
+		return rp.parseQuota()
+	case t.text == "ct" && rp.isWord(1, "count"):
+		rp.next()
+		rp.next()
+		over := false
+		if rp.isWord(0, "over") {
+			rp.next()
+			over = true
+		}
+		n := rp.next()
+		if _, err := strconv.ParseUint(n.text, 10, 32); err != nil || n.kind != tWord {
+			return nil, errAt(n, "bad ct count %s", n.show())
+		}
+		if err := rp.allowFork(t, "ct count", "the number of connections tracked"); err != nil {
+			return nil, err
+		}
+		txt := rp.textFrom(start)
+		at, above := "at most "+n.text+" connections counted", "more than "+n.text+" connections counted"
+		if over {
+			return &forkStmt{txt: txt, outcomes: [2]string{above, at}}, nil
+		}
+		return &forkStmt{txt: txt, outcomes: [2]string{at, above}}, nil
+	case t.text == "xt":
+		rp.next()
+		k := rp.next()
+		if k.kind != tWord || (k.text != "match" && k.text != "target" && k.text != "watcher") {
+			return nil, errAt(k, "expected match, target or watcher after xt, found %s", k.show())
+		}
+		n := rp.next()
+		if n.kind != tWord && n.kind != tString {
+			return nil, errAt(n, "expected the xt %s's name, found %s", k.text, n.show())
+		}
+		if err := rp.allowFork(t, "xt "+k.text+" "+strconv.Quote(n.text), "an iptables extension whose arguments nft does not show"); err != nil {
+			return nil, err
+		}
+		txt := rp.textFrom(start)
+		name := "xt " + k.text + " " + strconv.Quote(n.text)
+		if k.text == "match" {
+			return &forkStmt{txt: txt, outcomes: [2]string{name + " matches", name + " does not match"}}, nil
+		}
+		return &forkStmt{txt: txt, outcomes: [2]string{name + " lets the packet go on", name + " drops the packet"}, drop: true}, nil
+	case t.text == "socket":
+		rp.next()
+		k := rp.next()
+		if k.kind != tWord {
+			return nil, errAt(k, "expected a socket key, found %s", k.show())
+		}
+		if rp.isWord(0, "level") {
+			rp.next()
+			rp.next()
+		}
+		if err := rp.allowFork(t, "socket "+k.text, "the socket the packet belongs to"); err != nil {
+			return nil, err
+		}
+		return rp.forkMatch(start, t)
+	case t.text == "meta" && rp.isWord(1, "random"):
+		return rp.parseRandom()
+	case t.text == "meta" && undecidableMeta[rp.peekAt(1).text] != "":
+		rp.next()
+		k := rp.next()
+		if err := rp.allowFork(t, "meta "+k.text, undecidableMeta[k.text]); err != nil {
+			return nil, err
+		}
+		return rp.forkMatch(start, t)
+	}
+	return nil, nil
+}
+
+// forkMatch reads the rest of a match whose left side (from start) the packet cannot
+// decide: an optional operator and a value, a list of values or a set.
+func (rp *ruleParser) forkMatch(start int, kw token) (stmt, error) {
+	if n := rp.peek(); n.kind == tOp {
+		rp.next()
+	}
+	v := rp.next()
+	switch v.kind {
+	case tLBrace:
+		for depth := 1; depth > 0; {
+			t := rp.next()
+			switch t.kind {
+			case tEOF:
+				return nil, errAt(t, `expected "}", found end of rule`)
+			case tLBrace:
+				depth++
+			case tRBrace:
+				depth--
+			}
+		}
+	case tWord, tString:
+		for rp.peek().kind == tComma {
+			rp.next()
+			rp.next()
+		}
+	default:
+		return nil, errAt(v, "%s: expected a value, found %s", kw.text, v.show())
+	}
+	txt := rp.textFrom(start)
+	return &forkStmt{txt: txt, outcomes: [2]string{txt + " holds", txt + " does not hold"}}, nil
+}
+
+var rateUnits = map[string]bool{"bytes": true, "kbytes": true, "mbytes": true, "gbytes": true, "packets": true}
+
+// parseLimit reads "limit rate [over] N/UNIT [burst N packets|bytes]" (and N
+// bytes/UNIT forms).
+func (rp *ruleParser) parseLimit() (stmt, error) {
+	start := rp.i
+	kw := rp.next()
+	if rp.isWord(0, "name") {
+		rp.next()
+		rp.next()
+		if err := rp.allowFork(kw, "limit", "the rate of earlier packets"); err != nil {
+			return nil, err
+		}
+		txt := rp.textFrom(start)
+		return &forkStmt{txt: txt, outcomes: [2]string{"under " + txt, "over " + txt}}, nil
+	}
+	if _, err := rp.expectWord("rate"); err != nil {
+		return nil, err
+	}
+	over := false
+	if rp.isWord(0, "over") {
+		rp.next()
+		over = true
+	}
+	rateStart := rp.i
+	r := rp.next()
+	if r.kind != tWord || r.text == "" || r.text[0] < '0' || r.text[0] > '9' {
+		return nil, errAt(r, "expected a rate, found %s", r.show())
+	}
+	if !strings.Contains(r.text, "/") {
+		u := rp.next()
+		if u.kind != tWord || !strings.Contains(u.text, "/") {
+			return nil, errAt(u, "expected a rate unit (bytes/second, ...), found %s", u.show())
+		}
+	}
+	if rp.isWord(0, "burst") {
+		rp.next()
+		rp.next()
+		if n := rp.peek(); n.kind == tWord && rateUnits[n.text] {
+			rp.next()
+		}
+	}
+	if err := rp.allowFork(kw, "limit rate", "the rate of earlier packets"); err != nil {
+		return nil, err
+	}
+	rate := "limit rate " + rp.textFrom(rateStart)
+	o := [2]string{"under " + rate, "over " + rate}
+	if over {
+		o[0], o[1] = o[1], o[0]
+	}
+	return &forkStmt{txt: rp.textFrom(start), outcomes: o}, nil
+}
+
+// parseQuota reads "quota [over|until] N UNIT [used N UNIT]" and "quota name NAME".
+func (rp *ruleParser) parseQuota() (stmt, error) {
+	start := rp.i
+	kw := rp.next()
+	over := false
+	if rp.isWord(0, "name") {
+		rp.next()
+		rp.next()
+	} else {
+		if rp.isWord(0, "over") || rp.isWord(0, "until") {
+			rp.next()
+			over = true
+		}
+		n := rp.next()
+		if _, err := strconv.ParseUint(n.text, 10, 64); err != nil || n.kind != tWord {
+			return nil, errAt(n, "bad quota %s", n.show())
+		}
+		if u := rp.peek(); u.kind == tWord && rateUnits[u.text] {
+			rp.next()
+		}
+		if rp.isWord(0, "used") {
+			rp.next()
+			rp.next()
+			if u := rp.peek(); u.kind == tWord && rateUnits[u.text] {
+				rp.next()
+			}
+		}
+	}
+	if err := rp.allowFork(kw, "quota", "the bytes earlier packets used"); err != nil {
+		return nil, err
+	}
+	txt := rp.textFrom(start)
+	o := [2]string{"within " + txt, txt + " used up"}
+	if over {
+		o = [2]string{txt + " exceeded", "not yet " + txt}
+	}
+	return &forkStmt{txt: txt, outcomes: o}, nil
+}
+
+// parseRandom reads a match on meta random. "meta random [& 2^k-1] OP N" holds with
+// a known probability (iptables-nft's statistic match) and forks with it; any other
+// form is an assumption fork.
+func (rp *ruleParser) parseRandom() (stmt, error) {
+	start := rp.i
+	kw := rp.next()
+	rp.next() // random
+	bits := 32
+	maskOK := true
+	if n := rp.peek(); n.kind == tOp && n.text == "&" {
+		rp.next()
+		mt := rp.next()
+		m, err := strconv.ParseUint(mt.text, 0, 32)
+		if err != nil || mt.kind != tWord {
+			return nil, errAt(mt, "bad meta random mask %s", mt.show())
+		}
+		bits = 0
+		for m&1 == 1 {
+			m >>= 1
+			bits++
+		}
+		maskOK = m == 0
+	}
+	lhsEnd := rp.i
+	op := "=="
+	if n := rp.peek(); n.kind == tOp {
+		op = rp.next().text
+	}
+	vt := rp.peek()
+	v, err := strconv.ParseUint(vt.text, 0, 32)
+	if err != nil || vt.kind != tWord || !maskOK {
+		if err := rp.allowFork(kw, "this meta random match", "a random number"); err != nil {
+			return nil, err
+		}
+		rp.i = lhsEnd
+		return rp.forkMatch(start, kw)
+	}
+	rp.next()
+	size := uint64(1) << bits
+	var hits uint64
+	switch op {
+	case "<":
+		hits = min(v, size)
+	case "<=":
+		hits = min(v+1, size)
+	case ">":
+		if v+1 < size {
+			hits = size - v - 1
+		}
+	case ">=":
+		if v < size {
+			hits = size - v
+		}
+	case "==", "!=":
+		if v < size {
+			hits = 1
+		}
+		if op == "!=" {
+			hits = size - hits
+		}
+	default:
+		return nil, errAt(vt, "unexpected operator %q", op)
+	}
+	return &randomStmt{txt: rp.textFrom(start), p: float64(hits) / float64(size)}, nil
+}
