@@ -306,6 +306,10 @@ func TestDaemonWithFakeAPIServer(t *testing.T) {
 // as kube-proxy's does, so that the kubelet does not restart a proxy waiting for
 // the API server.
 func TestDaemonUnreachableAPIServerIsNotReady(t *testing.T) {
+	if os.Getenv(ownProcessEnv) == "" {
+		inOwnProcess(t)
+		return
+	}
 	tables := &fakeTables{}
 	d := deps{newNFT: tables.newNFT, newClient: newClient}
 	healthz, metricsAddr := freeAddr(t), freeAddr(t)
@@ -372,6 +376,30 @@ func TestDaemonUnreachableAPIServerIsNotReady(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("daemon log:\n%s", stderr.String())
+	}
+}
+
+// ownProcessEnv is set in the environment of a test that inOwnProcess runs.
+const ownProcessEnv = "NFTPROXY_TEST_OWN_PROCESS"
+
+// inOwnProcess runs the calling test alone in a child process of the test binary.
+// runDaemon sets klog's global logger, which the informers of a daemon that an
+// earlier test ran may still read as they stop (a data race under -race): a
+// second daemon runs in a process of its own.
+func inOwnProcess(t *testing.T) {
+	t.Helper()
+	args := []string{"-test.run=^" + t.Name() + "$", "-test.count=1"}
+	if testing.Verbose() {
+		args = append(args, "-test.v")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), ownProcessEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s in its own process: %v\n%s", t.Name(), err, out)
+	}
+	if testing.Verbose() {
+		t.Logf("%s", out)
 	}
 }
 
