@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/knftables"
 
@@ -266,6 +267,19 @@ func (p *Proxier) OnNodeDelete(node *v1.Node) {
 		p.cfg.Healthz.SetNodeEligible(false)
 	}
 	p.received(state.KindNode, nil)
+}
+
+// OnServiceCIDRUpdate records an added or updated ServiceCIDR (networking.k8s.io/v1),
+// whose ranges, with the configured serviceCIDR, bound the allocated service IPs.
+func (p *Proxier) OnServiceCIDRUpdate(c *networkingv1.ServiceCIDR) {
+	err := p.tracker.UpdateServiceCIDR(c)
+	p.received(state.KindServiceCIDR, err)
+}
+
+// OnServiceCIDRDelete records a deleted ServiceCIDR.
+func (p *Proxier) OnServiceCIDRDelete(c *networkingv1.ServiceCIDR) {
+	p.tracker.DeleteServiceCIDR(c)
+	p.received(state.KindServiceCIDR, nil)
 }
 
 // received is the common tail of the event handlers: it logs an invalid object,

@@ -215,7 +215,7 @@ func (p *Proxier) afterSync(st *state.ClusterState) {
 
 // recordInvalidObjects sets the invalid-object gauge from the Tracker's errors.
 func (p *Proxier) recordInvalidObjects() {
-	counts := map[string]int{state.KindService: 0, state.KindEndpointSlice: 0, state.KindNode: 0}
+	counts := map[string]int{state.KindService: 0, state.KindEndpointSlice: 0, state.KindNode: 0, state.KindServiceCIDR: 0}
 	for _, err := range p.tracker.Errors() {
 		var oe *state.ObjectError
 		if errors.As(err, &oe) {

@@ -82,7 +82,7 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	}
 	go sh.Run(ctx)
 
-	if err := startServiceCIDRInformer(ctx, client, p.Tracker(), func() { r.Run() }, log); err != nil {
+	if err := startServiceCIDRInformer(ctx, client, p); err != nil {
 		return err
 	}
 	if err := startInformers(ctx, client, o.NodeName, p); err != nil {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -13,8 +11,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/knftables"
 
-	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier"
 )
 
 func TestServiceCIDRInformer(t *testing.T) {
@@ -24,10 +23,19 @@ func TestServiceCIDRInformer(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
 		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.96.0.0/12"}},
 	})
-	tr := state.NewTracker("node-a")
 	var calls atomic.Int32
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if err := startServiceCIDRInformer(ctx, client, tr, func() { calls.Add(1) }, log); err != nil {
+	p, err := proxier.New(proxier.Config{
+		NodeName: "node-a",
+		NewNFT: func(fam knftables.Family, table string) (knftables.Interface, error) {
+			return knftables.NewFake(fam, table), nil
+		},
+		OnChange: func() { calls.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.Tracker()
+	if err := startServiceCIDRInformer(ctx, client, p); err != nil {
 		t.Fatal(err)
 	}
 	waitFor := func(want ...string) {
@@ -59,6 +67,6 @@ func TestServiceCIDRInformer(t *testing.T) {
 	}
 	waitFor("10.100.0.0/16", "fd00:10::/108")
 	if calls.Load() < 3 {
-		t.Errorf("changed called %d times, want one per event (3)", calls.Load())
+		t.Errorf("the Proxier asked for %d syncs, want one per event (3)", calls.Load())
 	}
 }
