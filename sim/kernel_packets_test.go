@@ -162,3 +162,86 @@ func kernelCounts(t *testing.T, listing string) []int {
 	}
 	return counts
 }
+
+const kernelForkRules = `table inet t {
+	chain input {
+		type filter hook input priority 0; policy accept;
+		meta nfproto ipv4 ip daddr != 127.0.0.2 accept
+		limit rate 1/minute burst 1 packets counter
+		limit rate over 1/minute burst 1 packets counter
+		meta random & 2147483647 < 1073741824 counter
+		meta random & 2147483647 < 536870912 counter
+	}
+}
+`
+
+// TestKernelForksCoverRealPackets sends 200 datagrams through a limit and two
+// statistic matches in a fresh namespace: the kernel's limit lets some through and
+// stops others, which the simulator's two assumptions cover, and the statistic
+// matches count about as often as the simulator's probabilities say.
+func TestKernelForksCoverRealPackets(t *testing.T) {
+	testenv.RequireRoot(t, "unshare", "nft", "ip", "python3")
+	const n = 200
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.nft")
+	if err := os.WriteFile(rules, []byte(kernelForkRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	send := `import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(` + strconv.Itoa(n) + `):
+    s.sendto(b"", ("127.0.0.2", 9))
+`
+	out, err := exec.Command("unshare", "-n", "sh", "-c",
+		`ip link set lo up && nft -f "$1" && python3 -c "$2" && nft list chain inet t input`, "sh", rules, send).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kernel run: %v\n%s", err, out)
+	}
+	var counts []int
+	for _, m := range counterRe.FindAllStringSubmatch(string(out), -1) {
+		c, _ := strconv.Atoi(m[1])
+		counts = append(counts, c)
+	}
+	if len(counts) != 4 {
+		t.Fatalf("want 4 counters:\n%s", out)
+	}
+	under, over := counts[0], counts[1]
+	if under < 1 || over < 1 || under+over != n {
+		t.Errorf("the kernel's limit: %d under, %d over of %d; want both outcomes", under, over, n)
+	}
+
+	prog, err := CompileTextOptions(kernelForkRules, CompileOptions{Forks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := mustTrace(t, prog, "udp 127.0.0.1:40000 -> 127.0.0.2:9", Env{})
+	assumed := map[string]bool{}
+	// rule -> probability that it matched, over the branches that assume both limits
+	// (each has its own bucket) under their rate
+	p := map[int]float64{}
+	const underLimit = "under limit rate 1/minute burst 1 packets"
+	for _, b := range tr.Branches {
+		for _, a := range b.Assumptions() {
+			assumed[a] = true
+		}
+		if strings.Join(b.Assumptions(), "; ") != underLimit+"; "+underLimit {
+			continue
+		}
+		for _, s := range b.Steps {
+			if s.Kind == StepRule && s.Chain == "input" && s.Matched {
+				p[s.Rule] += b.Probability
+			}
+		}
+	}
+	for _, a := range []string{"under limit rate 1/minute burst 1 packets", "over limit rate 1/minute burst 1 packets"} {
+		if !assumed[a] {
+			t.Errorf("no branch assumes %q:\n%s", a, tr)
+		}
+	}
+	for i, rule := range []int{3, 4} {
+		got := float64(counts[2+i]) / n
+		if d := got - p[rule]; d > 0.12 || d < -0.12 {
+			t.Errorf("rule %d: the kernel matched %.2f of the packets, the simulator gives probability %.2f", rule, got, p[rule])
+		}
+	}
+}
