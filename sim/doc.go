@@ -31,7 +31,17 @@
 // with ports first (meta l4proto tcp, tcp dport, ...).
 //
 // numgen random forks the trace: every value is explored, each branch carrying its
-// probability. Time (set timeouts) and the choice of the branch a Runtime commits are
+// probability; so does a meta random comparison (iptables-nft's statistic match),
+// with the share of random numbers it accepts. What a packet cannot decide — limit
+// rate, quota, ct count, xt matches and targets, socket, meta time/cpu, the owner of
+// a node's own packet's socket — is a compile error unless CompileOptions.Forks is
+// set; then the trace follows both outcomes, each branch labelled with what it
+// assumes (Branch.Assumptions) and its probability conditional on that. Header
+// fields a Packet does not spell out take the values of an ordinary packet: TTL 64
+// (63 once forwarded), DSCP 0, SYN for a connection's first TCP segment and ACK
+// after, an ICMP echo request, no payload beyond ping's.
+//
+// Time (set timeouts) and the choice of the branch a Runtime commits are
 // inputs (Env.Clock, Env.Seed, Env.Select); nothing reads the real clock or a global
 // RNG. Runtime.Load swaps in a new version of the ruleset and keeps the state the
 // kernel keeps across a transaction.

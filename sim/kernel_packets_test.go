@@ -175,13 +175,13 @@ const kernelForkRules = `table inet t {
 }
 `
 
-// TestKernelForksCoverRealPackets sends 200 datagrams through a limit and two
+// TestKernelForksCoverRealPackets sends 400 datagrams through a limit and two
 // statistic matches in a fresh namespace: the kernel's limit lets some through and
 // stops others, which the simulator's two assumptions cover, and the statistic
 // matches count about as often as the simulator's probabilities say.
 func TestKernelForksCoverRealPackets(t *testing.T) {
 	testenv.RequireRoot(t, "unshare", "nft", "ip", "python3")
-	const n = 200
+	const n = 400
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.nft")
 	if err := os.WriteFile(rules, []byte(kernelForkRules), 0o644); err != nil {
