@@ -36,7 +36,15 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The informers' goroutines are gone when the daemon returns: a daemon started
+	// again in the same process (the tests) shares klog's logger with nothing.
+	var factories []informers.SharedInformerFactory
+	defer func() {
+		cancel()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
 
 	m := metrics.New()
 	hz := health.NewHealthzServer(2*o.SyncPeriod, nil, m)
@@ -82,10 +90,14 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	}
 	go sh.Run(ctx)
 
-	if err := startServiceCIDRInformer(ctx, client, p); err != nil {
+	f, err := startServiceCIDRInformer(ctx, client, p)
+	factories = append(factories, f)
+	if err != nil {
 		return err
 	}
-	if err := startInformers(ctx, client, o.NodeName, p); err != nil {
+	fs, err := startInformers(ctx, client, o.NodeName, p)
+	factories = append(factories, fs...)
+	if err != nil {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -107,8 +119,9 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 
 // startInformers watches Services and EndpointSlices (narrowed as kube-proxy's
 // informers are: see serviceListOptions and sliceListOptions) and this node's Node,
-// feeds them to p, and waits for their first list.
-func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, p *proxier.Proxier) error {
+// feeds them to p, and waits for their first list. It returns the factories it
+// started, to be shut down once ctx is done.
+func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, p *proxier.Proxier) ([]informers.SharedInformerFactory, error) {
 	services := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(serviceListOptions))
 	slices := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(sliceListOptions))
 	nodes := informers.NewSharedInformerFactoryWithOptions(client, 0,
@@ -128,22 +141,23 @@ func startInformers(ctx context.Context, client kubernetes.Interface, nodeName s
 	for _, h := range handlers {
 		reg, err := h.informer.AddEventHandler(h.h)
 		if err != nil {
-			return fmt.Errorf("informer handler: %w", err)
+			return nil, fmt.Errorf("informer handler: %w", err)
 		}
 		synced = append(synced, reg.HasSynced)
 	}
-	services.Start(ctx.Done())
-	slices.Start(ctx.Done())
-	nodes.Start(ctx.Done())
+	started := []informers.SharedInformerFactory{services, slices, nodes}
+	for _, f := range started {
+		f.Start(ctx.Done())
+	}
 	wctx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
 	defer cancel()
 	if !cache.WaitForCacheSync(wctx.Done(), synced...) {
 		if ctx.Err() != nil {
-			return nil
+			return started, nil
 		}
-		return errors.New("informers did not sync within " + cacheSyncTimeout.String())
+		return started, errors.New("informers did not sync within " + cacheSyncTimeout.String())
 	}
-	return nil
+	return started, nil
 }
 
 // handler adapts typed update and delete functions to an informer's handler,

@@ -35,9 +35,12 @@ func TestServiceCIDRInformer(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := p.Tracker()
-	if err := startServiceCIDRInformer(ctx, client, p); err != nil {
+	f, err := startServiceCIDRInformer(ctx, client, p)
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer f.Shutdown()
+	defer cancel()
 	waitFor := func(want ...string) {
 		t.Helper()
 		var wantP []netip.Prefix
