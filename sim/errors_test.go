@@ -19,7 +19,7 @@ func TestCompileErrors(t *testing.T) {
 		msg               string
 	}{
 		{"add table ip t\nadd chain ip t c\nadd rule ip t c ip id 64 drop\n", "ip t", "c", "", 0, "ip id 64 drop", 3, 4,
-			`unsupported ip field "id" (supported: saddr, daddr, protocol, ttl, dscp, length, version)`},
+			`unsupported ip field "id" (supported: saddr, daddr, protocol, ttl, dscp, length, version, frag-off)`},
 		{"add table ip t\nadd chain ip t c\nadd rule ip t c accept\nadd rule ip t c tcp dport 80 ip saddr 1.2.3.4 tcp window 5 drop\n", "ip t", "c", "", 1,
 			"tcp dport 80 ip saddr 1.2.3.4 tcp window 5 drop", 4, 35, `unsupported tcp field "window" (supported: sport, dport, flags)`},
 		{"table ip t {\n chain c {\n  accept\n  limit rate 10/second accept\n }\n}", "ip t", "c", "", 1, "limit rate 10/second accept", 4, 1, `limit rate depends on the rate of earlier packets, which a packet cannot show (CompileOptions.Forks follows both outcomes)`},
@@ -42,7 +42,7 @@ func TestCompileErrors(t *testing.T) {
 		{"table ip t { chain c { type filter hook input priority 0; }\n chain d { jump c } }", "ip t", "d", "", 0, "jump c", 2, 6, `cannot jump to base chain "c"`},
 		{"table ip t { chain c { ip saddr $foo } }", "ip t", "c", "", 0, "ip saddr $foo", 1, 10, "variables ($foo) are not supported"},
 		{"table ip t { chain c { meta ibrname br0 accept } }", "ip t", "c", "", 0, "meta ibrname br0 accept", 1, 6, `unsupported meta key "ibrname"`},
-		{"table ip t { chain c { ether saddr 0:1:2:3:4:5 accept } }", "ip t", "c", "", 0, "ether saddr 0:1:2:3:4:5 accept", 1, 1, `unsupported expression "ether"`},
+		{"table ip t { chain c { osf name \"Linux\" accept } }", "ip t", "c", "", 0, `osf name "Linux" accept`, 1, 1, `unsupported expression "osf"`},
 		{"table ip t { chain c { ip saddr } }", "ip t", "c", "", 0, "ip saddr", 1, 10, "ip saddr: missing value to compare with"},
 		{"table ip t { chain c { ip saddr 1.1.1.1 frob } }", "ip t", "c", "", 0, "ip saddr 1.1.1.1 frob", 1, 18, `unknown expression "frob"`},
 		{`table ip t { chain c { comment "x } }`, "ip t", "c", "", -1, "", 1, 32, "unterminated string"},
@@ -112,7 +112,7 @@ func TestCompileErrors(t *testing.T) {
 
 func TestCompileErrorText(t *testing.T) {
 	_, err := CompileText("add table ip t\nadd chain ip t c\nadd rule ip t c ip id 64 drop\n")
-	want := `table ip t chain c rule 0 "ip id 64 drop": line 3 column 4: unsupported ip field "id" (supported: saddr, daddr, protocol, ttl, dscp, length, version)`
+	want := `table ip t chain c rule 0 "ip id 64 drop": line 3 column 4: unsupported ip field "id" (supported: saddr, daddr, protocol, ttl, dscp, length, version, frag-off)`
 	if err == nil || err.Error() != want {
 		t.Fatalf("error = %v\nwant %s", err, want)
 	}

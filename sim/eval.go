@@ -28,6 +28,7 @@ type pktState struct {
 	// IPv6 hop limit, which forwarding decrements.
 	local bool
 	ttl   uint8
+	dscp  uint8
 	flags uint8              // tcp flags given with the packet (0: the usual ones)
 	icmp  packet.ICMPMessage // icmp message given with the packet
 

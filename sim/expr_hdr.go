@@ -203,7 +203,8 @@ func (e *tcpFlagsExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 }
 
 // ipHdrField is a field of the IPv4 or IPv6 header other than the addresses and
-// protocol: ip ttl, dscp, length, version; ip6 hoplimit, dscp, length, version. A
+// protocol: ip ttl, dscp, length, version, frag-off; ip6 hoplimit, dscp, length,
+// version. A
 // packet leaves its sender with TTL 64, DSCP cs0 and no payload beyond its
 // transport header (ping's 56 bytes for icmp echo); forwarding decrements the TTL.
 type ipHdrField struct {
@@ -212,7 +213,7 @@ type ipHdrField struct {
 }
 
 func (e *ipHdrField) typ() fieldTypes {
-	if e.field == "length" {
+	if e.field == "length" || e.field == "frag-off" {
 		return fieldTypes{integer16}
 	}
 	return fieldTypes{nftdata.Integer8}
@@ -236,7 +237,11 @@ func (e *ipHdrField) eval(c *evalCtx, b []byte) ([]byte, bool) {
 	case "ttl", "hoplimit":
 		return append(b, st.ttl), true
 	case "dscp":
-		return append(b, 0), true
+		return append(b, st.dscp), true
+	case "frag-off":
+		// Unfragmented, with Don't Fragment set, as Linux sends with path MTU
+		// discovery.
+		return append(b, 0x40, 0), true
 	case "version":
 		return append(b, byte(st.fam)), true
 	}
@@ -351,4 +356,25 @@ func (e *metaExpr) evalExtra(c *evalCtx, b []byte) ([]byte, bool) {
 		return append(b, 0, 0, 0, 0), true
 	}
 	return b, false
+}
+
+// hdrSetStmt is "ip dscp set V", "ip ttl set V", "ip6 hoplimit set V".
+type hdrSetStmt struct {
+	f   *ipHdrField
+	val uint8
+	txt string
+}
+
+func (s *hdrSetStmt) String() string { return s.txt }
+
+func (s *hdrSetStmt) exec(c *evalCtx) (result, *verdict) {
+	if c.st.fam != s.f.fam {
+		return rBreak, nil
+	}
+	if s.f.field == "dscp" {
+		c.st.dscp = s.val
+	} else {
+		c.st.ttl = s.val
+	}
+	return rNext, nil
 }

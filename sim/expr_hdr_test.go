@@ -57,6 +57,15 @@ func TestHeaderMatches(t *testing.T) {
 		{"tcp flags syn / fin,syn,rst,ack", syn + " flags syn,ack", false},
 		{"tcp flags & (syn | ack) == syn | ack", syn + " flags syn,ack", true},
 		{"meta length 52", syn + " flags rst", true},
+		{"tcp flags ! fin,syn,rst,psh,ack,urg", syn, false},
+		{"tcp flags ! fin,syn,rst,psh,ack,urg", syn + " flags ecn", true},
+		{"pkttype broadcast", bcast, true},
+		{"skuid 1000", syn, false},
+		{"ip frag-off & 8191 != 0", syn, false},
+		{"ip frag-off & 0x4000 != 0", syn, true},
+		{"rt type 0", udp6, false},
+		{"frag more-fragments 1", udp6, false},
+		{"hbh nexthdr != 0", udp6, false},
 		// meta
 		{"meta pkttype host", syn, true},
 		{"meta pkttype { broadcast, multicast }", syn, false},
@@ -122,5 +131,44 @@ func TestTTLAfterForwarding(t *testing.T) {
 	tr := mustTrace(t, p, "tcp 10.0.0.5:1 -> 1.1.1.1:2 iif eth0", testEnv)
 	if v, _ := tr.Verdict(); v != VerdictAccept {
 		t.Errorf("verdict %v, want accept:\n%s", v, tr)
+	}
+}
+
+func TestHeaderStatements(t *testing.T) {
+	p := mustCompile(t, `table ip t {
+	chain pre {
+		type filter hook prerouting priority 0; policy accept;
+		ip dscp set af41 ip ttl set 5
+		ip dscp af41 ip ttl 5 meta mark set 0x1
+	}
+	chain post {
+		type nat hook postrouting priority srcnat; policy accept;
+		mark 0x1 meta l4proto tcp masquerade to :1000-2000
+	}
+}`)
+	for pkt, want := range map[string]string{
+		"tcp 10.0.0.5:40000 -> 1.1.1.1:2 iif eth0": "192.168.0.2:1000",
+		"tcp 10.0.0.5:1500 -> 1.1.1.1:2 iif eth0":  "192.168.0.2:1500",
+	} {
+		tr := mustTrace(t, p, pkt, testEnv)
+		if got := tr.Branches[0].Outcome.Packet.Src.String(); got != want {
+			t.Errorf("%s: source %s, want %s\n%s", pkt, got, want, tr)
+		}
+	}
+}
+
+// TestPathNeutralTarget: an xt target known to let packets go on is one assumption,
+// not a fork.
+func TestPathNeutralTarget(t *testing.T) {
+	tr := mustTrace(t, forkProgram(t, `xt target "CHECKSUM" ip daddr 9.9.9.9`), "udp 10.0.0.5:1 -> 1.1.1.1:2 iif eth0", testEnv)
+	if len(tr.Branches) != 1 {
+		t.Fatalf("want one branch:\n%s", tr)
+	}
+	if a := tr.Branches[0].Assumptions(); len(a) != 1 || a[0] != `xt target "CHECKSUM" lets the packet go on (it fills in checksums)` {
+		t.Errorf("assumptions %q", a)
+	}
+	tr = mustTrace(t, forkProgram(t, "ether saddr 00:11:22:33:44:55"), "udp 10.0.0.5:1 -> 1.1.1.1:2 iif eth0", testEnv)
+	if len(tr.Branches) != 2 {
+		t.Errorf("ether saddr: want a fork:\n%s", tr)
 	}
 }

@@ -16,11 +16,19 @@ type forkStmt struct {
 	// drop says the second outcome drops the packet instead of ending the rule (xt
 	// target).
 	drop bool
+	// single says there is no second outcome: the statement is assumed to do what
+	// outcomes[0] says (an xt target known not to change the packet's path).
+	single bool
 }
 
 func (s *forkStmt) String() string { return s.txt }
 
 func (s *forkStmt) exec(c *evalCtx) (result, *verdict) {
+	if s.single {
+		c.decide(Choice{Expr: s.txt, Mod: 1, Assumed: true, Outcome: s.outcomes[0]})
+		c.note("assuming " + s.outcomes[0])
+		return rNext, nil
+	}
 	if c.fork(s.txt, s.outcomes) == 0 {
 		return rNext, nil
 	}
@@ -111,10 +119,30 @@ func (rp *ruleParser) parseForkStmt() (stmt, error) {
 		}
 		txt := rp.textFrom(start)
 		name := "xt " + k.text + " " + strconv.Quote(n.text)
+		if does, ok := pathNeutralTargets[n.text]; ok && k.text == "target" {
+			return &forkStmt{txt: txt, outcomes: [2]string{name + " lets the packet go on (it " + does + ")"}, single: true}, nil
+		}
 		if k.text == "match" {
 			return &forkStmt{txt: txt, outcomes: [2]string{name + " matches", name + " does not match"}}, nil
 		}
 		return &forkStmt{txt: txt, outcomes: [2]string{name + " lets the packet go on", name + " drops the packet"}, drop: true}, nil
+	case t.text == "ether" || t.text == "vlan" || t.text == "arp":
+		rp.next()
+		if k := rp.next(); k.kind != tWord {
+			return nil, errAt(k, "expected a %s field, found %s", t.text, k.show())
+		}
+		if err := rp.allowFork(t, t.text, "the link layer header (MAC addresses, VLAN tags)"); err != nil {
+			return nil, err
+		}
+		return rp.forkMatch(start, t)
+	case exthdrs[t.text] && !rp.isWord(2, "set") && rp.peekAt(1).kind == tWord && !routeKeys[rp.peekAt(1).text]:
+		rp.next()
+		rp.next()
+		m, err := rp.forkMatch(start, t)
+		if err != nil {
+			return nil, err
+		}
+		return &absentStmt{txt: m.String(), note: "the packet has no IPv6 " + t.text + " header"}, nil
 	case t.text == "socket":
 		rp.next()
 		k := rp.next()
@@ -330,4 +358,35 @@ func (rp *ruleParser) parseRandom() (stmt, error) {
 		return nil, errAt(vt, "unexpected operator %q", op)
 	}
 	return &randomStmt{txt: rp.textFrom(start), p: float64(hits) / float64(size)}, nil
+}
+
+// pathNeutralTargets are the xt targets known to let every packet go on, with what
+// they do instead; the simulator assumes, and says, that they do only that.
+var pathNeutralTargets = map[string]string{
+	"CHECKSUM": "fills in checksums", "TCPMSS": "clamps the MSS", "LOG": "logs", "NFLOG": "logs",
+	"ULOG": "logs", "TRACE": "traces", "AUDIT": "audits", "TTL": "rewrites the TTL",
+	"HL": "rewrites the hop limit", "TOS": "rewrites the TOS", "DSCP": "rewrites the DSCP",
+	"IDLETIMER": "arms a timer", "LED": "blinks a LED", "TEE": "copies the packet",
+	"CLASSIFY": "sets the priority", "CT": "sets conntrack options",
+}
+
+// exthdrs are the IPv6 extension headers; the simulator's packets carry none, and
+// routeKeys are the rt keys that are not routing header fields.
+var (
+	exthdrs   = map[string]bool{"rt": true, "frag": true, "hbh": true, "dst": true, "mh": true, "srh": true}
+	routeKeys = map[string]bool{"classid": true, "nexthop": true, "mtu": true, "ipsec": true}
+)
+
+// absentStmt is a match on a header the packet does not have: loading it fails, and
+// the rule does not match whatever the operator.
+type absentStmt struct {
+	txt  string
+	note string
+}
+
+func (s *absentStmt) String() string { return s.txt }
+
+func (s *absentStmt) exec(c *evalCtx) (result, *verdict) {
+	c.note(s.note)
+	return rBreak, nil
 }

@@ -92,7 +92,7 @@ func TestXtTargetForksOnDrop(t *testing.T) {
 	p, err := CompileTextOptions(`table ip filter {
 	chain FORWARD {
 		type filter hook forward priority filter; policy accept;
-		xt target "TCPMSS"
+		xt target "MARK"
 		ip daddr 1.1.1.1 drop
 	}
 }`, CompileOptions{Forks: true})
@@ -104,7 +104,7 @@ func TestXtTargetForksOnDrop(t *testing.T) {
 	for _, b := range tr.Branches {
 		got[strings.Join(b.Assumptions(), "; ")] = b.Outcome.Verdict
 	}
-	if len(got) != 2 || got[`xt target "TCPMSS" lets the packet go on`] != VerdictAccept || got[`xt target "TCPMSS" drops the packet`] != VerdictDrop {
+	if len(got) != 2 || got[`xt target "MARK" lets the packet go on`] != VerdictAccept || got[`xt target "MARK" drops the packet`] != VerdictDrop {
 		t.Errorf("branches %v\n%s", got, tr)
 	}
 }

@@ -29,6 +29,9 @@ const kernelMatchRules = `table inet t {
 		tcp flags syn / fin,syn,rst,ack counter
 		tcp flags & (fin | syn | rst | ack) == ack counter
 		tcp flags syn counter
+		tcp flags ! fin,syn,rst,psh,ack,urg counter
+		ip frag-off & 0x4000 != 0 counter
+		ip frag-off & 0x1fff != 0 counter
 		meta pkttype host counter
 		meta pkttype { broadcast, multicast } counter
 		meta iiftype loopback counter

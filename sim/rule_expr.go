@@ -155,7 +155,8 @@ var exprKeywords = map[string]bool{
 	"ip": true, "ip6": true, "tcp": true, "udp": true, "sctp": true, "th": true, "meta": true,
 	"icmp": true, "icmpv6": true,
 	"ct": true, "numgen": true, "fib": true, "mark": true, "iif": true, "iifname": true,
-	"oif": true, "oifname": true, "l4proto": true, "nfproto": true,
+	"oif": true, "oifname": true, "l4proto": true, "nfproto": true, "pkttype": true,
+	"skuid": true, "skgid": true, "iiftype": true, "oiftype": true,
 }
 
 func isExprKeyword(s string) bool { return exprKeywords[s] }
@@ -262,7 +263,7 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 	}
 	switch t.text {
 	case "ip":
-		f, err := field("saddr", "daddr", "protocol", "ttl", "dscp", "length", "version")
+		f, err := field("saddr", "daddr", "protocol", "ttl", "dscp", "length", "version", "frag-off")
 		if err != nil {
 			return nil, err
 		}
@@ -325,7 +326,7 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 			}
 		}
 		return nil, errAt(k, "unsupported meta key %s", k.show())
-	case "mark", "iif", "iifname", "oif", "oifname", "l4proto", "nfproto":
+	case "mark", "iif", "iifname", "oif", "oifname", "l4proto", "nfproto", "pkttype", "skuid", "skgid", "iiftype", "oiftype":
 		return &metaExpr{key: t.text}, nil
 	case "ct":
 		return rp.parseCT(t)

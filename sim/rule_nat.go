@@ -54,10 +54,10 @@ func (rp *ruleParser) parseNat() (stmt, error) {
 		if err != nil {
 			return nil, err
 		}
-		if string(lo) != string(hi) {
-			return nil, errAt(pt, "port ranges are not supported")
-		}
 		s.port = &constExpr{val: lo, types: fieldTypes{nftdata.InetService}}
+		if string(lo) != string(hi) {
+			s.portHi = uint16(nftdata.Uint(hi))
+		}
 	}
 	for {
 		t := rp.peek()
@@ -182,11 +182,14 @@ func (rp *ruleParser) parseNatTarget(s *natStmt, fam *packet.Family) error {
 		s.addr = &constExpr{val: v, types: fieldTypes{addrType(*fam)}}
 	}
 	if portText != "" {
-		v, err := nftdata.InetService.Parse(portText)
+		lo, hi, err := nftdata.InetService.ParseRange(portText)
 		if err != nil {
-			return errAt(t, "bad port %q (port ranges are not supported)", portText)
+			return errAt(t, "bad port %q", portText)
 		}
-		s.port = &constExpr{val: v, types: fieldTypes{nftdata.InetService}}
+		s.port = &constExpr{val: lo, types: fieldTypes{nftdata.InetService}}
+		if string(lo) != string(hi) {
+			s.portHi = uint16(nftdata.Uint(hi))
+		}
 	}
 	return nil
 }

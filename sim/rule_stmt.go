@@ -100,6 +100,19 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 			}
 			return &vmapStmt{key: lhs, set: s, txt: rp.textFrom(start)}, nil
 		case "set":
+			if h, ok := lhs.(*ipHdrField); ok && (h.field == "dscp" || h.field == "ttl" || h.field == "hoplimit") {
+				rp.next()
+				syms, _ := h.symbols()
+				vt := rp.next()
+				lo, hi, err := parseSymConst(nftdata.Integer8, syms, vt)
+				if err != nil {
+					return nil, err
+				}
+				if string(lo) != string(hi) {
+					return nil, errAt(vt, "a range is not allowed here")
+				}
+				return &hdrSetStmt{f: h, val: lo[0], txt: rp.textFrom(start)}, nil
+			}
 			return nil, errAt(n, "cannot set %s", lhs)
 		case "map":
 			return nil, errAt(n, "a map lookup needs a statement that uses its value")
@@ -112,6 +125,11 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 			op = opEq
 		case "!=":
 			op = opNeq
+		case "!":
+			if !isBitmaskExpr(lhs) {
+				return nil, errAt(n, "%s: \"!\" needs a bitmask expression (tcp flags)", lhs)
+			}
+			op = opNone
 		case "<":
 			op = opLt
 		case ">":
@@ -247,6 +265,14 @@ func (rp *ruleParser) parseSymMatch(m *matchStmt, syms symbols, vt token) error 
 		return err
 	}
 	m.lo, m.hi = v, v
+	if m.op == opNone {
+		// "tcp flags ! fin,syn": none of these flags is set.
+		m.lhs = &binopExpr{op: "&", x: m.lhs, arg: v, txt: vt.text}
+		m.op = opEq
+		m.lo = make([]byte, len(v))
+		m.hi = m.lo
+		return nil
+	}
 	if !rp.isWord(0, "/") {
 		m.bits = m.op == opImplicit
 		return nil

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -78,6 +79,7 @@ const (
 	opGt
 	opLe
 	opGe
+	opNone // "!" on a bitmask: none of the bits; compiled to (x & bits) == 0
 )
 
 // matchStmt compares an expression with a value, a range, or a set.
@@ -261,7 +263,9 @@ type natStmt struct {
 	kind natKind
 	fam  packet.Family // 0: any; else the statement only applies to this family
 	addr expr          // address, or address . port from a map; nil for masquerade/redirect
-	port expr          // port, when given separately
+	port expr          // port, when given separately (the low end of a range)
+	// portHi is the high end of a port range ("to :1000-2000"), 0 for one port.
+	portHi uint16
 	// addrPort says addr yields address . port (a map with concatenated data).
 	addrPort bool
 	txt      string
@@ -302,6 +306,9 @@ func (s *natStmt) exec(c *evalCtx) (result, *verdict) {
 		}
 		port = uint16(nftdata.Uint(v))
 		hasPort = true
+		if s.portHi != 0 {
+			port = c.rangePort(s, port)
+		}
 	}
 	return c.natSetup(s, addr, port, hasPort)
 }
@@ -332,4 +339,19 @@ func (s *setUpdateStmt) exec(c *evalCtx) (result, *verdict) {
 	}
 	c.setUpdate(s, k, d)
 	return rNext, nil
+}
+
+// rangePort picks the port of a NAT to the range lo-s.portHi: like nf_nat, the
+// packet's own port when it is in the range; else the kernel takes a free one, and
+// the simulator, which sees no other connections, the first.
+func (c *evalCtx) rangePort(s *natStmt, lo uint16) uint16 {
+	own := c.st.src.Port()
+	if s.kind == natDNAT || s.kind == natRedirect {
+		own = c.st.dst.Port()
+	}
+	if own >= lo && own <= s.portHi {
+		return own
+	}
+	c.note(fmt.Sprintf("port %d is outside %d-%d: the kernel takes a free port of the range, the simulator the first", own, lo, s.portHi))
+	return lo
 }
