@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,7 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nftproxy/nftproxy/e2e/lab"
+	"github.com/nftproxy/nftproxy/internal/testenv"
 )
 
 // kustomization is the part of a Kustomization this directory uses; decoding it
@@ -112,24 +117,135 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 	}
 }
 
-func TestDaemonSetSecurity(t *testing.T) {
-	objs := decodeAll(t)
-	ds := objs["DaemonSet"].(*appsv1.DaemonSet)
-	sa := objs["ServiceAccount"].(*v1.ServiceAccount)
-	cm := objs["ConfigMap"].(*v1.ConfigMap)
+// The ServiceAccount token and CA the kubelet projects into every pod.
+const (
+	saTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+	saCAFile    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
+)
+
+// apiServerPlaceholder is the API server address the manifests ship with: a name that
+// never resolves (.example), which deploy/README.md tells the operator to replace.
+const apiServerPlaceholder = "https://control-plane.example:6443"
+
+// security is what an operator reviews in the DaemonSet: how the pod reaches the node
+// and the API server, what its containers may do, and what they mount. Two renderings
+// of the manifests (kustomize, Helm) must give equal values.
+type security struct {
+	HostNetwork, HostPID, HostIPC bool
+	DNSPolicy                     v1.DNSPolicy
+	PriorityClass                 string
+	Tolerations                   []v1.Toleration
+	AutomountToken                bool
+	Containers                    []containerSecurity
+	Volumes                       []string // name: kind source
+}
+
+type containerSecurity struct {
+	Name                                   string
+	Init                                   bool
+	Privileged, Escalation, ReadOnlyRoot   bool
+	RunAsUser                              *int64
+	Add, Drop                              []v1.Capability
+	Seccomp                                v1.SeccompProfileType
+	Mounts                                 []string // name:path:ro|rw
+	Kubeconfig                             string
+	Ports                                  []int32
+	MemoryLimit, MemoryRequest, CPURequest string
+	CPULimit                               string
+}
+
+func securityOf(ds *appsv1.DaemonSet) security {
 	spec := ds.Spec.Template.Spec
+	s := security{
+		HostNetwork: spec.HostNetwork, HostPID: spec.HostPID, HostIPC: spec.HostIPC,
+		DNSPolicy: spec.DNSPolicy, PriorityClass: spec.PriorityClassName, Tolerations: spec.Tolerations,
+		AutomountToken: spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken,
+	}
+	for _, vol := range spec.Volumes {
+		switch {
+		case vol.ConfigMap != nil:
+			s.Volumes = append(s.Volumes, vol.Name+": configMap "+vol.ConfigMap.Name)
+		case vol.HostPath != nil:
+			s.Volumes = append(s.Volumes, vol.Name+": hostPath "+vol.HostPath.Path)
+		case vol.EmptyDir != nil:
+			s.Volumes = append(s.Volumes, vol.Name+": emptyDir")
+		default:
+			s.Volumes = append(s.Volumes, vol.Name+": other")
+		}
+	}
+	add := func(c v1.Container, init bool) {
+		cs := containerSecurity{Name: c.Name, Init: init}
+		if sc := c.SecurityContext; sc != nil {
+			cs.Privileged = sc.Privileged != nil && *sc.Privileged
+			cs.Escalation = sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation
+			cs.ReadOnlyRoot = sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem
+			cs.RunAsUser = sc.RunAsUser
+			if sc.Capabilities != nil {
+				cs.Add = slices.Sorted(slices.Values(sc.Capabilities.Add))
+				cs.Drop = slices.Sorted(slices.Values(sc.Capabilities.Drop))
+			}
+			if sc.SeccompProfile != nil {
+				cs.Seccomp = sc.SeccompProfile.Type
+			}
+		} else {
+			cs.Escalation = true
+		}
+		for _, m := range c.VolumeMounts {
+			mode := "rw"
+			if m.ReadOnly {
+				mode = "ro"
+			}
+			cs.Mounts = append(cs.Mounts, m.Name+":"+m.MountPath+":"+mode)
+		}
+		for _, a := range append(slices.Clone(c.Command), c.Args...) {
+			if k, ok := strings.CutPrefix(a, "--kubeconfig="); ok {
+				cs.Kubeconfig = k
+			}
+		}
+		for _, p := range c.Ports {
+			cs.Ports = append(cs.Ports, p.ContainerPort)
+		}
+		q := func(l v1.ResourceList, n v1.ResourceName) string {
+			if v, ok := l[n]; ok {
+				return v.String()
+			}
+			return ""
+		}
+		cs.CPURequest, cs.MemoryRequest = q(c.Resources.Requests, v1.ResourceCPU), q(c.Resources.Requests, v1.ResourceMemory)
+		cs.CPULimit, cs.MemoryLimit = q(c.Resources.Limits, v1.ResourceCPU), q(c.Resources.Limits, v1.ResourceMemory)
+		s.Containers = append(s.Containers, cs)
+	}
+	for _, c := range spec.InitContainers {
+		add(c, true)
+	}
+	for _, c := range spec.Containers {
+		add(c, false)
+	}
+	return s
+}
+
+// checkDaemonSet checks what the DaemonSet must hold whatever renders it: the
+// security properties, the node name, the kubeconfig and the probes.
+func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, cm *v1.ConfigMap) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	sec := securityOf(ds)
 
 	if !spec.HostNetwork {
 		t.Error("hostNetwork is not set: nftproxy must program the node's namespace")
 	}
-	if spec.DNSPolicy != v1.DNSClusterFirstWithHostNet {
-		t.Errorf("dnsPolicy %q, want %q", spec.DNSPolicy, v1.DNSClusterFirstWithHostNet)
+	// Cluster DNS is a ClusterIP: the proxy must not need itself to resolve names.
+	if spec.DNSPolicy != v1.DNSDefault {
+		t.Errorf("dnsPolicy %q, want %q", spec.DNSPolicy, v1.DNSDefault)
 	}
 	if spec.PriorityClassName != "system-node-critical" {
 		t.Errorf("priorityClassName %q, want system-node-critical", spec.PriorityClassName)
 	}
 	if spec.ServiceAccountName != sa.Name || ds.Namespace != sa.Namespace {
 		t.Errorf("serviceAccountName %s/%s, ServiceAccount is %s/%s", ds.Namespace, spec.ServiceAccountName, sa.Namespace, sa.Name)
+	}
+	if !sec.AutomountToken || (sa.AutomountServiceAccountToken != nil && !*sa.AutomountServiceAccountToken) {
+		t.Error("the ServiceAccount token is not mounted: the kubeconfig reads it")
 	}
 	if !slices.ContainsFunc(spec.Tolerations, func(tl v1.Toleration) bool {
 		return tl.Operator == v1.TolerationOpExists && tl.Key == "" && tl.Effect == ""
@@ -139,25 +255,41 @@ func TestDaemonSetSecurity(t *testing.T) {
 	if spec.HostPID || spec.HostIPC {
 		t.Error("hostPID or hostIPC is set")
 	}
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
-		t.Fatalf("%d containers and %d init containers, want 1 and 0", len(spec.Containers), len(spec.InitContainers))
+	if len(spec.Containers) != 1 || len(spec.InitContainers) > 1 {
+		t.Fatalf("%d containers and %d init containers, want 1 and at most 1", len(spec.Containers), len(spec.InitContainers))
+	}
+	if want := []string{"config: configMap " + cm.Name}; !slices.Equal(sec.Volumes, want) {
+		t.Errorf("volumes %v, want only %v (no hostPath)", sec.Volumes, want)
 	}
 	c := spec.Containers[0]
-
-	sc := c.SecurityContext
-	if sc == nil || sc.Capabilities == nil {
-		t.Fatal("no securityContext with capabilities")
+	cs := sec.Containers[len(sec.Containers)-1]
+	if cs.Privileged || cs.Escalation {
+		t.Errorf("container %s: privileged %v, allowPrivilegeEscalation %v: want both false", c.Name, cs.Privileged, cs.Escalation)
 	}
-	if sc.Privileged != nil && *sc.Privileged {
-		t.Error("the container is privileged")
+	if !slices.Equal(cs.Drop, []v1.Capability{"ALL"}) || !slices.Equal(cs.Add, []v1.Capability{"NET_ADMIN", "NET_RAW"}) {
+		t.Errorf("capabilities drop %v add %v, want drop ALL and add exactly NET_ADMIN and NET_RAW", cs.Drop, cs.Add)
 	}
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Error("allowPrivilegeEscalation is not false")
+	if cs.Seccomp != v1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile %q, want RuntimeDefault", cs.Seccomp)
 	}
-	added := slices.Clone(sc.Capabilities.Add)
-	slices.Sort(added)
-	if !slices.Equal(added, []v1.Capability{"NET_ADMIN", "NET_RAW"}) {
-		t.Errorf("capabilities added %v, want exactly NET_ADMIN and NET_RAW", sc.Capabilities.Add)
+	if !cs.ReadOnlyRoot {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	// Added capabilities reach the effective set of uid 0 only.
+	if cs.RunAsUser == nil || *cs.RunAsUser != 0 {
+		t.Error("runAsUser is not 0")
+	}
+	if want := []string{"config:/etc/nftproxy:ro"}; !slices.Equal(cs.Mounts, want) {
+		t.Errorf("mounts %v, want %v", cs.Mounts, want)
+	}
+	if cs.Kubeconfig != "/etc/nftproxy/kubeconfig.conf" {
+		t.Errorf("--kubeconfig %q, want /etc/nftproxy/kubeconfig.conf (in-cluster configuration needs a ClusterIP)", cs.Kubeconfig)
+	}
+	if cs.CPURequest == "" || cs.MemoryRequest == "" || cs.MemoryLimit == "" {
+		t.Errorf("resources: cpu request %q, memory request %q and limit %q: want all set", cs.CPURequest, cs.MemoryRequest, cs.MemoryLimit)
+	}
+	if cs.CPULimit != "" {
+		t.Errorf("a CPU limit (%s): throttling only delays syncs", cs.CPULimit)
 	}
 
 	args := append(slices.Clone(c.Command), c.Args...)
@@ -166,9 +298,7 @@ func TestDaemonSetSecurity(t *testing.T) {
 			t.Errorf("command line %v lacks %s", args, want)
 		}
 	}
-	if !slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
-		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
-	}) {
+	if !hasNodeName(c) {
 		t.Error("no NODE_NAME from spec.nodeName")
 	}
 
@@ -184,34 +314,154 @@ func TestDaemonSetSecurity(t *testing.T) {
 		}
 	}
 
-	mounts := map[string]v1.VolumeMount{}
-	for _, m := range c.VolumeMounts {
-		mounts[m.Name] = m
-	}
-	for _, vol := range spec.Volumes {
-		m, ok := mounts[vol.Name]
-		if !ok {
-			t.Errorf("volume %s is not mounted", vol.Name)
-			continue
-		}
-		if !m.ReadOnly {
-			t.Errorf("volume %s is mounted read-write", vol.Name)
-		}
-		switch {
-		case vol.ConfigMap != nil:
-			if vol.ConfigMap.Name != cm.Name || m.MountPath != "/etc/nftproxy" {
-				t.Errorf("config volume: ConfigMap %s at %s, want %s at /etc/nftproxy", vol.ConfigMap.Name, m.MountPath, cm.Name)
+	// The init container, when there is one, is the only privileged part: it sets
+	// the conntrack sysctls with --init-only and exits.
+	for i, ic := range spec.InitContainers {
+		is := sec.Containers[i]
+		script := strings.Join(append(slices.Clone(ic.Command), ic.Args...), " ")
+		for _, want := range []string{"nft -f /etc/nftproxy/conntrack-probe.nft", "--config=/etc/nftproxy/config.yaml", "--init-only"} {
+			if !strings.Contains(script, want) {
+				t.Errorf("init container %s: command %q lacks %q", ic.Name, script, want)
 			}
-		case vol.HostPath != nil:
-			if vol.HostPath.Path != "/lib/modules" {
-				t.Errorf("hostPath volume %s: %s, want only /lib/modules", vol.Name, vol.HostPath.Path)
-			}
-		default:
-			t.Errorf("volume %s: unexpected kind", vol.Name)
+		}
+		if !hasNodeName(ic) {
+			t.Errorf("init container %s: no NODE_NAME from spec.nodeName", ic.Name)
+		}
+		if !is.ReadOnlyRoot || !slices.Equal(is.Mounts, []string{"config:/etc/nftproxy:ro"}) {
+			t.Errorf("init container %s: readOnlyRootFilesystem %v, mounts %v", ic.Name, is.ReadOnlyRoot, is.Mounts)
+		}
+		if ic.Image != c.Image {
+			t.Errorf("init container image %q, container image %q: want one image", ic.Image, c.Image)
 		}
 	}
-	if len(spec.Volumes) != 2 || len(c.VolumeMounts) != 2 {
-		t.Errorf("%d volumes and %d mounts, want the ConfigMap and /lib/modules", len(spec.Volumes), len(c.VolumeMounts))
+}
+
+func hasNodeName(c v1.Container) bool {
+	return slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
+		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
+	})
+}
+
+func TestDaemonSetSecurity(t *testing.T) {
+	objs := decodeAll(t)
+	ds := objs["DaemonSet"].(*appsv1.DaemonSet)
+	checkDaemonSet(t, ds, objs["ServiceAccount"].(*v1.ServiceAccount), objs["ConfigMap"].(*v1.ConfigMap))
+	if n := len(ds.Spec.Template.Spec.InitContainers); n != 1 {
+		t.Errorf("%d init containers, want the conntrack-sysctls one", n)
+	}
+	// The image is set in kustomization.yaml only: the manifests name it bare.
+	for _, c := range append(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers...) {
+		if c.Image != "nftproxy" {
+			t.Errorf("container %s: image %q, want the bare name nftproxy that kustomization.yaml sets", c.Name, c.Image)
+		}
+	}
+}
+
+// TestKubeconfig loads the ConfigMap's kubeconfig.conf with client-go, as the daemon
+// does: it must name the API server by its own address, and the projected
+// ServiceAccount token and CA.
+func TestKubeconfig(t *testing.T) {
+	cm := decodeAll(t)["ConfigMap"].(*v1.ConfigMap)
+	checkKubeconfig(t, cm.Data["kubeconfig.conf"], apiServerPlaceholder)
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), apiServerPlaceholder) {
+		t.Errorf("README.md does not say where to set the API server (%s)", apiServerPlaceholder)
+	}
+}
+
+func checkKubeconfig(t *testing.T, data, server string) {
+	t.Helper()
+	if data == "" {
+		t.Fatal("no kubeconfig.conf")
+	}
+	raw, err := clientcmd.Load([]byte(data))
+	if err != nil {
+		t.Fatalf("kubeconfig.conf: %v", err)
+	}
+	// client-go checks that the files exist: stand them in a directory of the test's,
+	// then map the paths back.
+	dir := t.TempDir()
+	for _, f := range []string{saTokenFile, saCAFile} {
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := func(path string) string {
+		if filepath.Dir(path) == filepath.Dir(saTokenFile) {
+			return filepath.Join(dir, filepath.Base(path))
+		}
+		return path
+	}
+	for _, c := range raw.Clusters {
+		c.CertificateAuthority = moved(c.CertificateAuthority)
+	}
+	for _, a := range raw.AuthInfos {
+		a.TokenFile = moved(a.TokenFile)
+	}
+	if err := clientcmd.Validate(*raw); err != nil {
+		t.Fatalf("kubeconfig.conf: %v", err)
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, nil).ClientConfig()
+	if err != nil {
+		t.Fatalf("kubeconfig.conf: %v", err)
+	}
+	back := func(path string) string {
+		if filepath.Dir(path) == dir {
+			return filepath.Join(filepath.Dir(saTokenFile), filepath.Base(path))
+		}
+		return path
+	}
+	cfg.BearerTokenFile, cfg.TLSClientConfig.CAFile = back(cfg.BearerTokenFile), back(cfg.TLSClientConfig.CAFile)
+	if cfg.Host != server {
+		t.Errorf("server %q, want %q", cfg.Host, server)
+	}
+	// A token written in the file would not rotate: only the file may give one.
+	for name, a := range raw.AuthInfos {
+		if a.Token != "" || a.ClientCertificate != "" || a.ClientCertificateData != nil || a.Exec != nil || a.AuthProvider != nil {
+			t.Errorf("user %s: credentials other than the token file", name)
+		}
+	}
+	if cfg.BearerTokenFile != saTokenFile {
+		t.Errorf("token file %q, want the projected %s", cfg.BearerTokenFile, saTokenFile)
+	}
+	if cfg.TLSClientConfig.CAFile != saCAFile || cfg.TLSClientConfig.Insecure {
+		t.Errorf("CA file %q (insecure %v), want the projected %s", cfg.TLSClientConfig.CAFile, cfg.TLSClientConfig.Insecure, saCAFile)
+	}
+	// Nothing may lead back to a ClusterIP: no in-cluster fallback, no proxy.
+	if strings.Contains(cfg.Host, "kubernetes.default") || cfg.Proxy != nil {
+		t.Errorf("server %q reaches the API server through the cluster", cfg.Host)
+	}
+}
+
+// TestConntrackProbeLeavesNothing runs the init container's nft file in a fresh
+// network namespace: it must load and leave no table.
+func TestConntrackProbeLeavesNothing(t *testing.T) {
+	testenv.RequireRoot(t, "nft")
+	cm := decodeAll(t)["ConfigMap"].(*v1.ConfigMap)
+	probe := cm.Data["conntrack-probe.nft"]
+	if probe == "" {
+		t.Fatal("no conntrack-probe.nft")
+	}
+	ns, err := lab.NewNS(fmt.Sprintf("%sdeploy-%d", lab.NamePrefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if _, err := ns.Exec(t.Context(), probe, "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ns.Exec(t.Context(), "", "nft", "list", "tables")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("tables left behind:\n%s", out)
+	}
+	if _, err := os.Stat("/proc/sys/net/netfilter/nf_conntrack_max"); err != nil {
+		t.Errorf("nf_conntrack's sysctls: %v", err)
 	}
 }
 
@@ -295,8 +545,8 @@ func TestConfigMapLoadsWithTheDaemon(t *testing.T) {
 		t.Fatalf("go build ./cmd/nftproxy: %v\n%s", err, out)
 	}
 	cm := decodeAll(t)["ConfigMap"].(*v1.ConfigMap)
-	if len(cm.Data) != 1 || cm.Data["config.yaml"] == "" {
-		t.Fatalf("ConfigMap data keys %v, want only config.yaml", keys(cm.Data))
+	if want := []string{"config.yaml", "conntrack-probe.nft", "kubeconfig.conf"}; !slices.Equal(keys(cm.Data), want) {
+		t.Fatalf("ConfigMap data keys %v, want %v", keys(cm.Data), want)
 	}
 	run := func(config string) string {
 		t.Helper()
@@ -304,8 +554,12 @@ func TestConfigMapLoadsWithTheDaemon(t *testing.T) {
 		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		// The conntrack flags (they win over the file) keep the machine's sysctls
+		// as they are: this runs in the test's own network namespace.
 		cmd := exec.Command(bin, "--config="+path, "--hostname-override=node-a",
-			"--kubeconfig="+filepath.Join(dir, "missing-kubeconfig"))
+			"--kubeconfig="+filepath.Join(dir, "missing-kubeconfig"),
+			"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
+			"--conntrack-udp-timeout=0", "--conntrack-udp-timeout-stream=0")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("nftproxy ran with a missing kubeconfig:\n%s", out)
@@ -357,5 +611,63 @@ func TestDockerfile(t *testing.T) {
 	}
 	if strings.Count(df, "\nFROM ")+strings.Count(df[:min(len(df), 5)], "FROM ") < 2 {
 		t.Error("Dockerfile is not multi-stage")
+	}
+}
+
+// renderKustomize runs kubectl's kustomize on this directory and decodes every object
+// strictly, keyed by kind; it skips without kubectl.
+func renderKustomize(t *testing.T) map[string]runtime.Object {
+	t.Helper()
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("no kubectl to run kustomize: ", err)
+	}
+	out, err := exec.Command(kubectl, "kustomize", ".").Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize: %v", err)
+	}
+	return decodeStream(t, out)
+}
+
+// decodeStream decodes a multi-document YAML stream strictly, keyed by kind.
+func decodeStream(t *testing.T, data []byte) map[string]runtime.Object {
+	t.Helper()
+	objs := map[string]runtime.Object{}
+	for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(doc)) == 0 || bytes.Equal(bytes.TrimSpace(doc), []byte("---")) {
+			continue
+		}
+		obj, gvk, err := strictDecoder.Decode(doc, nil, nil)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, doc)
+		}
+		if _, dup := objs[gvk.Kind]; dup {
+			t.Fatalf("a second %s", gvk.Kind)
+		}
+		objs[gvk.Kind] = obj
+	}
+	return objs
+}
+
+// TestKustomizeSetsTheImage renders the kustomization: the image of every container
+// is the one kustomization.yaml names, never a floating latest.
+func TestKustomizeSetsTheImage(t *testing.T) {
+	objs := renderKustomize(t)
+	if len(objs) != len(readKustomization(t).Resources) {
+		t.Errorf("kustomize rendered %d objects, want %d", len(objs), len(readKustomization(t).Resources))
+	}
+	images := readKustomization(t).Images
+	if len(images) != 1 || images[0].Name != "nftproxy" || images[0].NewName == "" || images[0].NewTag == "" {
+		t.Fatalf("kustomization images %+v, want one for nftproxy with newName and newTag", images)
+	}
+	want := images[0].NewName + ":" + images[0].NewTag
+	if images[0].NewTag == "latest" {
+		t.Errorf("image %s: a floating tag", want)
+	}
+	spec := objs["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if c.Image != want {
+			t.Errorf("container %s: image %q, want %q", c.Name, c.Image, want)
+		}
 	}
 }
