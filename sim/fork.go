@@ -215,8 +215,9 @@ func (rp *ruleParser) parseLimit() (stmt, error) {
 		if err := rp.allowFork(kw, "limit", "the rate of earlier packets"); err != nil {
 			return nil, err
 		}
+		// The object says whether it matches under or over its rate.
 		txt := rp.textFrom(start)
-		return &forkStmt{txt: txt, outcomes: [2]string{"under " + txt, "over " + txt}}, nil
+		return &forkStmt{txt: txt, outcomes: [2]string{txt + " matches", txt + " does not match"}}, nil
 	}
 	if _, err := rp.expectWord("rate"); err != nil {
 		return nil, err
@@ -260,7 +261,8 @@ func (rp *ruleParser) parseQuota() (stmt, error) {
 	start := rp.i
 	kw := rp.next()
 	over := false
-	if rp.isWord(0, "name") {
+	named := rp.isWord(0, "name")
+	if named {
 		rp.next()
 		rp.next()
 	} else {
@@ -288,7 +290,11 @@ func (rp *ruleParser) parseQuota() (stmt, error) {
 	}
 	txt := rp.textFrom(start)
 	o := [2]string{"within " + txt, txt + " used up"}
-	if over {
+	switch {
+	case named:
+		// The object says whether it matches within or over its quota.
+		o = [2]string{txt + " matches", txt + " does not match"}
+	case over:
 		o = [2]string{txt + " exceeded", "not yet " + txt}
 	}
 	return &forkStmt{txt: txt, outcomes: o}, nil

@@ -178,3 +178,36 @@ func TestAssumptionsAndCommit(t *testing.T) {
 		t.Errorf("endpoints %+v", eps)
 	}
 }
+
+// TestNamedLimitAndQuota: named limit and quota objects compile; the rules that use
+// them fork on whether they match (the object, not the rule, says under or over).
+func TestNamedLimitAndQuota(t *testing.T) {
+	p, err := CompileTextOptions(`table inet t {
+	limit lim1 {
+		rate 10/second
+	}
+
+	quota q1 {
+		over 100 mbytes
+	}
+
+	chain c {
+		type filter hook input priority filter; policy accept;
+		limit name "lim1" accept
+		quota name "q1" drop
+	}
+}`, CompileOptions{Forks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := mustTrace(t, p, "tcp 10.0.0.5:1 -> 192.168.0.2:22 iif eth0", testEnv)
+	got := summary(tr)
+	want := []string{
+		`[limit name "lim1" does not match; quota name "q1" does not match] 1 accept local 192.168.0.2:22`,
+		`[limit name "lim1" does not match; quota name "q1" matches] 1 drop none 192.168.0.2:22 at c`,
+		`[limit name "lim1" matches] 1 accept local 192.168.0.2:22`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -91,6 +91,12 @@ func (p *parser) parseTableBody(tab *table) error {
 			if err := p.skipCounter(); err != nil {
 				return err
 			}
+		case "limit", "quota":
+			// Named limits and quotas: the rules that use them ("limit name x")
+			// fork (CompileOptions.Forks) or fail to compile.
+			if err := p.skipCounter(); err != nil {
+				return err
+			}
 		case "ct":
 			k, err := p.next()
 			if err != nil {
