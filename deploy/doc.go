@@ -1,6 +1,7 @@
 // Package deploy holds nftproxy's Kubernetes manifests (DaemonSet, RBAC, ConfigMap,
-// kustomization) and its Dockerfile. Manifests embeds them for the tests that check
-// them offline and apply them to a real API server (e2e/apiserver).
+// kustomization), the same objects as a Helm chart (helm/nftproxy), and its
+// Dockerfile. Manifests embeds the kustomize manifests for the tests that check them
+// offline and apply them to a real API server (e2e/apiserver).
 package deploy
 
 import "embed"
