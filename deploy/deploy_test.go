@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -668,6 +669,55 @@ func TestKustomizeSetsTheImage(t *testing.T) {
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		if c.Image != want {
 			t.Errorf("container %s: image %q, want %q", c.Name, c.Image, want)
+		}
+	}
+}
+
+// TestReadmeLinks checks that every link of README.md to the repository's README
+// names a heading it has (GitHub's anchors), and that every relative file link
+// exists: the kube-proxy table links rather than copies.
+func TestReadmeLinks(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(top), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		var b strings.Builder
+		for _, r := range title {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || ('a' <= r && r <= 'z') || ('0' <= r && r <= '9'):
+				b.WriteRune(r)
+			}
+		}
+		anchors[b.String()] = true
+	}
+	links := regexp.MustCompile(`\]\(([^)#]*)(#[^)]*)?\)`).FindAllStringSubmatch(string(readme), -1)
+	if len(links) == 0 {
+		t.Fatal("no links found")
+	}
+	for _, l := range links {
+		file, anchor := l[1], strings.TrimPrefix(l[2], "#")
+		if strings.Contains(file, "://") {
+			continue
+		}
+		if file != "" {
+			if _, err := os.Stat(file); err != nil {
+				t.Errorf("link %s: %v", l[0], err)
+			}
+		}
+		if anchor != "" && file == "../README.md" && !anchors[anchor] {
+			t.Errorf("link %s: README.md has no heading #%s", l[0], anchor)
 		}
 	}
 }
