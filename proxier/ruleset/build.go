@@ -110,16 +110,22 @@ type servicePort struct {
 }
 
 // addNodePortIPs fills nodeport-ips with the node's addresses that serve node ports:
-// those of the family inside cfg.NodePortAddresses (all of them when it has no
-// prefix of this family, as kube-proxy does), and never loopback, whose traffic the
-// kernel will not route to another host after DNAT.
+// those of the family inside cfg.NodePortAddresses or, with cfg.NodePortPrimary,
+// the node's primary IP of the family (all of them when neither restricts the
+// family, as kube-proxy does), and never loopback, whose traffic the kernel will
+// not route to another host after DNAT.
 func (b *layout) addNodePortIPs() {
 	allowed := b.fam.prefixes(b.cfg.NodePortAddresses)
+	var primary netip.Addr
+	if b.cfg.NodePortPrimary {
+		primary = b.node.PrimaryIP(b.fam.v6)
+	}
+	restricted := len(allowed) > 0 || b.cfg.NodePortPrimary
 	for _, a := range b.fam.addrs(b.node.Addresses) {
 		if a.IsLoopback() || a.IsUnspecified() {
 			continue
 		}
-		if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		if restricted && a != primary && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
 			continue
 		}
 		b.rs.AddElement(&knftables.Element{Set: SetNodePortIPs, Key: []string{addrString(a)}})

@@ -64,6 +64,18 @@ var goldens = []golden{
 		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
 		fixture.AddService(st, "default/empty", "172.30.0.11", fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30081)))
 	}},
+	{name: "nodeport-primary", families: dual, config: func(c *Config) {
+		// nodePortAddresses: [primary]: only the node's primary IP of each family
+		// serves node ports, not its other addresses.
+		c.NodePortPrimary = true
+	}, cluster: func(st *state.ClusterState) {
+		// The Node lists 10.10.0.10 as its first InternalIP; it has no IPv6 primary
+		// IP of its own, so its first IPv6 address is.
+		st.Node.PrimaryIPs = fixture.Addrs("10.10.0.10")
+		web := fixture.AddService(st, "default/web", "172.30.0.10,fd02::10", fixture.NodePortType, fixture.Ports(fixture.TCP("http", 80, 30080)))
+		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName))
+		fixture.AddSlice(st, web, "web-v6", fixture.Targets(web, 8080), fixture.Endpoint("fd01::5", fixture.NodeName))
+	}},
 	{name: "loadbalancer", families: ipv4, cluster: func(st *state.ClusterState) {
 		web := fixture.AddService(st, "default/web", "172.30.0.10", fixture.LoadBalancer("203.0.113.10", "2001:db8::10"), fixture.Ports(fixture.TCP("https", 443, 30443)))
 		fixture.AddSlice(st, web, "web-1", fixture.Targets(web, 8443), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))

@@ -50,10 +50,16 @@ type Config struct {
 	// MasqueradeBit is the mark bit that requests masquerading (masqueradeBit;
 	// default 14). Zero stands for unset.
 	MasqueradeBit int
-	// NodePortAddresses restricts NodePorts to node addresses inside these prefixes,
-	// per family: a family without a prefix here uses all of the node's addresses of
-	// that family (nodePortAddresses). Loopback addresses never serve NodePorts.
+	// NodePortAddresses restricts NodePorts to node addresses inside these prefixes
+	// and, with NodePortPrimary, to the node's primary IP, per family: a family
+	// without a prefix here (and without NodePortPrimary) uses all of the node's
+	// addresses of that family (nodePortAddresses; its keyword all is the zero
+	// prefix of both families). Loopback addresses never serve NodePorts.
 	NodePortAddresses []netip.Prefix
+	// NodePortPrimary adds the node's primary IP of each family (state.Node's
+	// PrimaryIPs) to the addresses that serve NodePorts (nodePortAddresses keyword
+	// primary).
+	NodePortPrimary bool
 	// ServiceCIDRs are the ranges ClusterIPs are allocated from (serviceCIDR);
 	// traffic to an unallocated address in them is dropped.
 	ServiceCIDRs []netip.Prefix

@@ -64,10 +64,15 @@ type Options struct {
 	DetectLocalMode string `json:"detectLocalMode,omitempty"`
 	// DetectLocal holds the detectors' settings (kube-proxy's detectLocal).
 	DetectLocal DetectLocalOptions `json:"detectLocal,omitempty"`
-	// NodePortAddresses restricts NodePorts to node addresses inside these CIDRs
-	// (kube-proxy's nodePortAddresses, --nodeport-addresses). Unlike kube-proxy's
-	// nftables mode, which defaults to the primary addresses, unset means every
-	// node address; kube-proxy's keywords (primary, all) are not supported.
+	// NodePortAddresses restricts NodePorts to the node addresses inside these CIDRs
+	// (kube-proxy's nodePortAddresses, --nodeport-addresses), and takes kube-proxy's
+	// keywords: primary (the node's primary IP of each family, Node.PrimaryIPs) and
+	// all (every node address). A family without a CIDR or keyword of its own uses
+	// every node address of that family, as in kube-proxy. Unlike kube-proxy's
+	// nftables mode, which defaults to primary, unset means all: the node
+	// addresses are those of the Node object (its InternalIPs and ExternalIPs), not
+	// every address of the host's interfaces. kube-proxy's localhost keyword is
+	// refused: nftproxy never serves NodePorts on loopback.
 	NodePortAddresses []string `json:"nodePortAddresses,omitempty"`
 	// MasqueradeAll masquerades all traffic to ClusterIPs (kube-proxy's
 	// iptables.masqueradeAll and nftables.masqueradeAll, --masquerade-all).
@@ -149,7 +154,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.DetectLocal.InterfaceNamePrefix, fieldFlags[fieldInterfaceNamePrefix], o.DetectLocal.InterfaceNamePrefix,
 		"pod interface name prefix, for --detect-local-mode InterfaceNamePrefix")
 	fs.Var((*listFlag)(&o.NodePortAddresses), fieldFlags[fieldNodePortAddresses],
-		"comma-separated CIDRs: NodePorts are served only on node addresses inside them (default all node addresses)")
+		"comma-separated CIDRs and keywords primary (the node's primary IP of each family) and all: NodePorts are served only on node addresses they cover (default all node addresses)")
 	fs.BoolVar(&o.MasqueradeAll, fieldFlags[fieldMasqueradeAll], o.MasqueradeAll,
 		"masquerade all traffic to Service ClusterIPs")
 	fs.Var(&optionalInt32{&o.MasqueradeBit}, fieldFlags[fieldMasqueradeBit],
@@ -205,6 +210,7 @@ func splitList(s string) []string {
 // addresses), so that nothing is ever assumed silently. Every error is a *FieldError.
 func (o Options) Config() (Config, []string, error) {
 	var errs []error
+	var err error
 	c := Config{Table: o.TableName, MasqueradeAll: o.MasqueradeAll, InterfacePrefix: o.DetectLocal.InterfaceNamePrefix}
 	cidrs := func(field string, ss []string) []netip.Prefix {
 		ps, err := parsePrefixes(ss)
@@ -215,7 +221,10 @@ func (o Options) Config() (Config, []string, error) {
 	}
 	c.ClusterCIDRs = cidrs(fieldClusterCIDR, splitList(o.ClusterCIDR))
 	c.ServiceCIDRs = cidrs(fieldServiceCIDR, splitList(o.ServiceCIDR))
-	c.NodePortAddresses = cidrs(fieldNodePortAddresses, o.NodePortAddresses)
+	c.NodePortAddresses, c.NodePortPrimary, err = parseNodePortAddresses(o.NodePortAddresses)
+	if err != nil {
+		errs = append(errs, &FieldError{Field: fieldNodePortAddresses, Err: err})
+	}
 	if o.MasqueradeBit != nil {
 		if b := *o.MasqueradeBit; b < 1 || b > 31 {
 			errs = append(errs, &FieldError{Field: fieldMasqueradeBit, Err: fmt.Errorf("%d: want 1..31", b)})
@@ -252,6 +261,52 @@ func (o Options) Config() (Config, []string, error) {
 		warnings = append(warnings, "not set: "+strings.Join(unset, "; "))
 	}
 	return c, warnings, nil
+}
+
+// The keywords nodePortAddresses may hold besides CIDRs: kube-proxy's
+// NodePortAddressesPrimary, NodePortAddressesAll and NodePortAddressesLocalhost.
+const (
+	nodePortPrimary   = "primary"
+	nodePortAll       = "all"
+	nodePortLocalhost = "localhost"
+)
+
+// parseNodePortAddresses parses nodePortAddresses: CIDRs (host bits masked) and
+// kube-proxy's keywords, each keyword at most once. all stands for the zero CIDR of
+// both families, as kube-proxy expands it; primary is returned apart, since the
+// node's primary IPs are known only when the ruleset is built.
+func parseNodePortAddresses(ss []string) (ps []netip.Prefix, primary bool, err error) {
+	var errs []error
+	seen := map[string]bool{}
+	for _, s := range ss {
+		switch s {
+		case nodePortPrimary, nodePortAll, nodePortLocalhost:
+			if seen[s] {
+				errs = append(errs, fmt.Errorf("keyword %q given twice", s))
+				continue
+			}
+			seen[s] = true
+		}
+		switch s {
+		case nodePortPrimary:
+			primary = true
+		case nodePortAll:
+			ps = append(ps, netip.PrefixFrom(netip.IPv4Unspecified(), 0), netip.PrefixFrom(netip.IPv6Unspecified(), 0))
+		case nodePortLocalhost:
+			errs = append(errs, fmt.Errorf("keyword %q: not supported, NodePorts are never served on loopback addresses", s))
+		default:
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("invalid CIDR %q: want CIDRs and the keywords %s, %s", s, nodePortPrimary, nodePortAll))
+				continue
+			}
+			ps = append(ps, p.Masked())
+		}
+	}
+	if len(errs) > 0 {
+		return nil, false, errors.Join(errs...)
+	}
+	return ps, primary, nil
 }
 
 // parsePrefixes parses CIDRs, masking host bits (10.0.0.1/8 is 10.0.0.0/8).

@@ -122,6 +122,41 @@ func TestOptionsFlagsOverFile(t *testing.T) {
 	}
 }
 
+// TestOptionsNodePortKeywords: nodePortAddresses takes kube-proxy's keywords primary
+// and all, alone or with CIDRs, in the file and as flags.
+func TestOptionsNodePortKeywords(t *testing.T) {
+	all := mustPrefixes("0.0.0.0/0", "::/0")
+	for _, tc := range []struct {
+		list    string
+		primary bool
+		want    []netip.Prefix
+	}{
+		{"primary", true, nil},
+		{"all", false, all},
+		{"primary,192.168.0.0/24", true, mustPrefixes("192.168.0.0/24")},
+		{"fd00::/8,all,primary", true, append(mustPrefixes("fd00::/8"), all...)},
+		{"", false, nil},
+	} {
+		doc := "nodePortAddresses: [" + tc.list + "]\n"
+		fromFile, err := DecodeOptions([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		var fromFlags Options
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fromFlags.AddFlags(fs)
+		if err := fs.Parse([]string{"--nodeport-addresses=" + tc.list}); err != nil {
+			t.Fatal(err)
+		}
+		for name, o := range map[string]Options{"file": fromFile, "flags": fromFlags} {
+			c, _ := mustConfig(t, o)
+			if c.NodePortPrimary != tc.primary || !cmp.Equal(c.NodePortAddresses, tc.want, cmpPrefix) {
+				t.Errorf("%s %q: primary %v, prefixes %v; want %v, %v", name, tc.list, c.NodePortPrimary, c.NodePortAddresses, tc.primary, tc.want)
+			}
+		}
+	}
+}
+
 func TestOptionsFlagNames(t *testing.T) {
 	var o Options
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -213,7 +248,9 @@ func TestOptionsErrorsNameTheField(t *testing.T) {
 	}{
 		{"clusterCIDR: 10.0.0.0/33\n", []string{`clusterCIDR (--cluster-cidr): invalid CIDR "10.0.0.0/33"`}},
 		{"serviceCIDR: 172.30.0.0/16,nonsense\n", []string{`serviceCIDR (--service-cidr): invalid CIDR "nonsense"`}},
-		{"nodePortAddresses: [primary]\n", []string{`nodePortAddresses (--nodeport-addresses): invalid CIDR "primary"`}},
+		{"nodePortAddresses: [primry]\n", []string{`nodePortAddresses (--nodeport-addresses): invalid CIDR "primry": want CIDRs and the keywords primary, all`}},
+		{"nodePortAddresses: [primary, 10.0.0.0/8, primary]\n", []string{`nodePortAddresses (--nodeport-addresses): keyword "primary" given twice`}},
+		{"nodePortAddresses: [localhost]\n", []string{`nodePortAddresses (--nodeport-addresses): keyword "localhost": not supported`}},
 		{"detectLocalMode: Foo\n", []string{`detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR or InterfaceNamePrefix`}},
 		{"detectLocalMode: clustercidr\n", []string{`detectLocalMode (--detect-local-mode): "clustercidr": want`}},
 		{"detectLocalMode: NodeCIDR\n", []string{`detectLocalMode (--detect-local-mode): "NodeCIDR": not supported yet`}},
