@@ -75,7 +75,7 @@ func LoadCluster(r io.Reader, name, nodeName string) (*ClusterState, []error, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
-	objs, err := decodeCluster(data, name)
+	objs, err := decodeCluster(data, name, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -105,11 +105,55 @@ func LoadCluster(r io.Reader, name, nodeName string) (*ClusterState, []error, er
 // object in t as an update. name is used in errors. The error is fatal (nothing was
 // applied); the []error are per object, and those objects were skipped.
 func (t *Tracker) ApplyYAML(data []byte, name string) ([]error, error) {
-	objs, err := decodeCluster(data, name)
+	f, err := DecodeClusterFile(data, name, false)
 	if err != nil {
 		return nil, err
 	}
-	return t.applyObjects(objs), nil
+	return f.Apply(t), nil
+}
+
+// ClusterFile is decoded cluster YAML, to be recorded in Trackers (Apply).
+type ClusterFile struct {
+	objs []*clusterObject
+	// Skipped holds the kind of each object DecodeClusterFile skipped, in the order
+	// of the file.
+	Skipped []string
+}
+
+// DecodeClusterFile decodes cluster YAML as LoadCluster reads it; name is used in
+// errors. With skipOthers, objects of kinds other than Service, EndpointSlice, Node
+// and ServiceCIDR (the Pods, Deployments and ConfigMaps `kubectl get all -o yaml`
+// prints) are skipped and their kinds listed in Skipped instead of refused; a kind
+// of those four in another apiVersion is still refused.
+func DecodeClusterFile(data []byte, name string, skipOthers bool) (*ClusterFile, error) {
+	f := &ClusterFile{}
+	var skipped *[]string
+	if skipOthers {
+		skipped = &f.Skipped
+	}
+	objs, err := decodeCluster(data, name, skipped)
+	if err != nil {
+		return nil, err
+	}
+	f.objs = objs
+	return f, nil
+}
+
+// Nodes returns the file's Nodes, in the order of the file.
+func (f *ClusterFile) Nodes() []*v1.Node {
+	var out []*v1.Node
+	for _, o := range f.objs {
+		if n, ok := o.obj.(*v1.Node); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Apply records the file's objects in t as updates and returns the errors of the
+// objects skipped, as ApplyYAML does.
+func (f *ClusterFile) Apply(t *Tracker) []error {
+	return t.applyObjects(f.objs)
 }
 
 // applyObjects records objs in t, skipping repeated objects and reporting each
@@ -156,6 +200,9 @@ type clusterObject struct {
 	// first line in the file.
 	yamlDoc   []byte
 	firstLine int
+	// skipped, when not nil, collects the kinds of objects of other kinds, which
+	// are then skipped rather than refused (DecodeClusterFile's skipOthers).
+	skipped *[]string
 }
 
 // key identifies the object.
@@ -196,8 +243,10 @@ func (o *clusterObject) locate(err error) error {
 	return &DocumentError{File: o.file, Document: o.doc, Line: line, Err: err}
 }
 
-// decodeCluster splits data into documents and decodes each, strictly.
-func decodeCluster(data []byte, file string) ([]*clusterObject, error) {
+// decodeCluster splits data into documents and decodes each, strictly. When skipped
+// is not nil, objects of kinds a cluster file does not hold are left out and their
+// kinds appended to it.
+func decodeCluster(data []byte, file string, skipped *[]string) ([]*clusterObject, error) {
 	lines := bytes.Split(data, []byte("\n"))
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	var objs []*clusterObject
@@ -229,7 +278,7 @@ func decodeCluster(data []byte, file string) ([]*clusterObject, error) {
 			continue
 		}
 		docIndex++
-		o := &clusterObject{file: file, doc: docIndex, line: first + content + 1, yamlDoc: doc, firstLine: first}
+		o := &clusterObject{file: file, doc: docIndex, line: first + content + 1, yamlDoc: doc, firstLine: first, skipped: skipped}
 		docObjs, err := decodeDocument(o)
 		if err != nil {
 			return nil, err
@@ -295,7 +344,7 @@ func decodeDocument(o *clusterObject) ([]*clusterObject, error) {
 		return decodeList(o, j)
 	}
 	obj, err := decodeObject(o, j, tm)
-	if err != nil {
+	if err != nil || obj == nil {
 		return nil, err
 	}
 	o.obj = obj
@@ -329,6 +378,9 @@ func decodeList(o *clusterObject, j []byte) ([]*clusterObject, error) {
 		if err != nil {
 			return nil, err
 		}
+		if obj == nil {
+			continue
+		}
 		it.obj = obj
 		objs = append(objs, &it)
 	}
@@ -336,7 +388,8 @@ func decodeList(o *clusterObject, j []byte) ([]*clusterObject, error) {
 }
 
 // decodeObject decodes one Service, EndpointSlice, Node or ServiceCIDR, strictly,
-// and defaults the namespace of namespaced objects.
+// and defaults the namespace of namespaced objects. It returns nil for an object of
+// another kind that o.skipped collects.
 func decodeObject(o *clusterObject, j []byte, tm typeMeta) (any, error) {
 	ns := tm.Metadata.Namespace
 	if ns == "" {
@@ -375,6 +428,9 @@ func decodeObject(o *clusterObject, j []byte, tm typeMeta) (any, error) {
 		return &c, nil
 	case tm.Kind == "":
 		return nil, o.errorf("no kind")
+	case o.skipped != nil && !slices.Contains([]string{"Service", "EndpointSlice", "Node", "ServiceCIDR"}, tm.Kind):
+		*o.skipped = append(*o.skipped, tm.Kind)
+		return nil, nil
 	}
 	return nil, o.errorf("unsupported kind %q of apiVersion %q: want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Node, networking.k8s.io/v1 ServiceCIDR or v1 List", tm.Kind, tm.APIVersion)
 }

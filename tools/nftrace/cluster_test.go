@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -74,14 +76,14 @@ func TestClusterTablesAreTheProxiers(t *testing.T) {
 	}
 	applied := map[knftables.Family]*ruleset.Ruleset{}
 	results := map[knftables.Family]syncer.Result{}
-	fakes, node, err := buildCluster(o, &bytes.Buffer{}, func(fam knftables.Family, rs *ruleset.Ruleset, res syncer.Result) {
+	fakes, st, err := buildCluster(o, &bytes.Buffer{}, func(fam knftables.Family, rs *ruleset.Ruleset, res syncer.Result) {
 		applied[fam], results[fam] = rs, res
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node.Name != "node-a" || len(node.Addresses) != 2 {
-		t.Errorf("node %+v; want node-a, the only Node of the file, with its 2 addresses", node)
+	if st.Node.Name != "node-a" || len(st.Node.Addresses) != 2 {
+		t.Errorf("node %+v; want node-a, the only Node of the file, with its 2 addresses", st.Node)
 	}
 	if len(fakes) != 2 {
 		t.Fatalf("%d tables, want one per family", len(fakes))
@@ -137,7 +139,8 @@ func TestInvalidObjectsAreSkipped(t *testing.T) {
 
 // TestNodeSelection: --node picks the node whose local endpoints an
 // internalTrafficPolicy Local Service uses; without it, the only Node of the file;
-// several Nodes need it; a file without Nodes makes no endpoint local.
+// several Nodes need it; a file without Nodes makes no endpoint local; a --node
+// the file's Nodes do not name is an error listing them.
 func TestNodeSelection(t *testing.T) {
 	local := serviceDocs("local", "172.30.0.20", "Local", "TCP")
 	two := writeCluster(t, append([]string{nodeDoc("node-a", "192.168.0.10"), nodeDoc("node-b", "192.168.0.11")}, local...)...)
@@ -149,9 +152,7 @@ func TestNodeSelection(t *testing.T) {
 	}{
 		{two, "node-a", "10.1.0.5:8080"},
 		{two, "node-b", "10.2.0.5:8080"},
-		{two, "node-c", ""},
 		{one, "", "10.2.0.5:8080"},
-		{one, "node-a", "10.1.0.5:8080"},
 		{none, "", ""},
 		{none, "node-a", "10.1.0.5:8080"},
 	} {
@@ -166,7 +167,192 @@ func TestNodeSelection(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	err := run(append(exampleCIDRs, "--cluster", two, pkt), &out, &errb)
-	if err == nil || !strings.Contains(err.Error(), "2 Nodes (node-a, node-b)") {
-		t.Errorf("two Nodes and no --node: error %v; want it to name both", err)
+	if err == nil || !strings.Contains(err.Error(), "2 Nodes (node-a, node-b): choose one with --node NAME") {
+		t.Errorf("two Nodes and no --node: error %v; want it to name both and --node", err)
+	}
+	err = run(append(exampleCIDRs, "--cluster", two, "--node", "node-c", pkt), &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "--node node-c: ") || !strings.Contains(err.Error(), "no Node of that name; its Nodes: node-a, node-b") {
+		t.Errorf("--node node-c: error %v; want it to say so and list node-a, node-b", err)
+	}
+}
+
+// podCIDRNode is a Node with spec.podCIDRs.
+func podCIDRNode(name, addr string, cidrs ...string) string {
+	return nodeDoc(name, addr) + "spec:\n  podCIDRs: [" + strings.Join(cidrs, ", ") + "]\n"
+}
+
+const serviceCIDRDoc = `apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata: {name: kubernetes}
+spec:
+  cidrs: [172.30.0.0/16]
+`
+
+// TestCIDRsFromTheCluster: unset by flags and --config, clusterCIDR comes from the
+// Nodes' spec.podCIDRs (of all Nodes) and the service CIDR from the ServiceCIDR
+// objects, each with a note; what stays unknown is named in one warning.
+func TestCIDRsFromTheCluster(t *testing.T) {
+	svc := serviceDocs("web", "172.30.0.10", "Cluster", "TCP")
+	withCIDRs := writeCluster(t, append([]string{podCIDRNode("node-a", "192.168.0.10", "10.1.0.0/16"),
+		podCIDRNode("node-b", "192.168.0.11", "10.2.0.0/16"), serviceCIDRDoc}, svc...)...)
+	bare := writeCluster(t, append([]string{nodeDoc("node-a", "192.168.0.10")}, svc...)...)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		wantStderr []string
+		wantRules  []string
+		notRules   []string
+	}{{
+		name: "from the cluster",
+		args: []string{"--cluster", withCIDRs, "--node", "node-a"},
+		wantStderr: []string{
+			"nftrace: note: clusterCIDR from the Nodes' spec.podCIDRs: 10.1.0.0/16,10.2.0.0/16\n",
+			"nftrace: note: serviceCIDR from the ServiceCIDR objects: 172.30.0.0/16\n",
+		},
+		wantRules: []string{"10.1.0.0/16", "10.2.0.0/16", "172.30.0.0/16"},
+	}, {
+		name:       "flags win",
+		args:       []string{"--cluster", withCIDRs, "--node", "node-a", "--cluster-cidr", "10.0.0.0/8"},
+		wantStderr: []string{"nftrace: note: serviceCIDR from the ServiceCIDR objects: 172.30.0.0/16\n"},
+		wantRules:  []string{"10.0.0.0/8"},
+		notRules:   []string{"10.1.0.0/16"},
+	}, {
+		name: "unknown",
+		args: []string{"--cluster", bare},
+		wantStderr: []string{"nftrace: warning: unknown: clusterCIDR (give --cluster-cidr or --config, or Nodes with spec.podCIDRs), so no traffic is treated as pod traffic; " +
+			"serviceCIDR (give --service-cidr or --config, or ServiceCIDR objects), so traffic to unallocated ClusterIPs is not dropped\n"},
+		notRules: []string{"10.0.0.0/8", "172.30.0.0/16"},
+	}, {
+		name:      "given",
+		args:      append(exampleCIDRs, "--cluster", bare),
+		wantRules: []string{"10.0.0.0/8", "172.30.0.0/16"},
+	}} {
+		var out, errb bytes.Buffer
+		if err := run(append(tc.args, "--print-ruleset"), &out, &errb); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got, want := errb.String(), strings.Join(tc.wantStderr, ""); got != want {
+			t.Errorf("%s: stderr\n%s\nwant\n%s", tc.name, got, want)
+		}
+		for _, c := range tc.wantRules {
+			if !strings.Contains(out.String(), c) {
+				t.Errorf("%s: the ruleset lacks %s", tc.name, c)
+			}
+		}
+		for _, c := range tc.notRules {
+			if strings.Contains(out.String(), c) {
+				t.Errorf("%s: the ruleset mentions %s", tc.name, c)
+			}
+		}
+	}
+}
+
+// TestConfigFile: --config reads the ruleset's settings from nftproxy's and
+// kube-proxy's configuration files, and flags override them.
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	nftproxy := filepath.Join(dir, "nftproxy.yaml")
+	os.WriteFile(nftproxy, []byte(`apiVersion: nftproxy.io/v1alpha1
+kind: NftproxyConfiguration
+hostnameOverride: node-a
+clusterCIDR: 10.0.0.0/8
+serviceCIDR: 172.30.0.0/16
+syncPeriod: 30s
+tableName: kp
+`), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want ruleset.Options
+	}{
+		{[]string{"--config", nftproxy}, ruleset.Options{ClusterCIDR: "10.0.0.0/8", ServiceCIDR: "172.30.0.0/16", TableName: "kp"}},
+		{[]string{"--config", nftproxy, "--table-name", "other", "--service-cidr", "10.96.0.0/12"},
+			ruleset.Options{ClusterCIDR: "10.0.0.0/8", ServiceCIDR: "10.96.0.0/12", TableName: "other"}},
+		{[]string{"--config", "../../cmd/nftproxy/testdata/kubeadm-kube-proxy.yaml"}, ruleset.Options{ClusterCIDR: "10.244.0.0/16"}},
+	} {
+		o, _, err := parseFlags(tc.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if !reflect.DeepEqual(o.rs, tc.want) {
+			t.Errorf("%q: options %+v, want %+v", tc.args, o.rs, tc.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := run([]string{"--config", nftproxy, "--cluster", cluster, "--print-ruleset"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if errb.Len() != 0 || !strings.Contains(out.String(), "table ip kp {") || !strings.Contains(out.String(), "172.30.0.0/16") {
+		t.Errorf("--config: stderr %q, ruleset lacks table kp or the service CIDR", errb.String())
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\n"), 0o644)
+	if _, _, err := parseFlags([]string{"--config", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), `kind "ConfigMap": want nftproxy.io/v1alpha1 NftproxyConfiguration or kubeproxy.config.k8s.io/v1alpha1 KubeProxyConfiguration`) {
+		t.Errorf("--config of a ConfigMap: error %v", err)
+	}
+}
+
+// TestOtherKindsAreSkipped: a List as `kubectl get all -o yaml` prints it, with Pods,
+// a Deployment and a ConfigMap among the Services and EndpointSlices, loads with
+// one note counting the kinds skipped.
+func TestOtherKindsAreSkipped(t *testing.T) {
+	indent := func(doc string) string {
+		lines := strings.Split(strings.TrimSuffix(doc, "\n"), "\n")
+		return "- " + strings.Join(lines, "\n  ") + "\n"
+	}
+	items := []string{podCIDRNode("node-a", "192.168.0.10", "10.1.0.0/16")}
+	items = append(items, serviceDocs("web", "172.30.0.10", "Cluster", "TCP")...)
+	items = append(items, "apiVersion: v1\nkind: Pod\nmetadata: {name: web-1, namespace: default}\nspec: {containers: [{name: c, image: x}]}\n",
+		"apiVersion: v1\nkind: Pod\nmetadata: {name: web-2, namespace: default}\n",
+		"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n")
+	list := "apiVersion: v1\nkind: List\nmetadata: {resourceVersion: \"\"}\nitems:\n"
+	for _, it := range items {
+		list += indent(it)
+	}
+	file := writeCluster(t, list, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\n")
+	var out, errb bytes.Buffer
+	if err := run([]string{"--json", "--service-cidr", "172.30.0.0/16", "--cluster", file, "tcp 10.1.0.9:40000 -> 172.30.0.10:80 iif veth1"}, &out, &errb); err != nil {
+		t.Fatalf("%v\nstderr: %s", err, errb.String())
+	}
+	if want := "nftrace: note: skipped 4 objects of kinds nftrace does not read: Pod (2), Deployment (1), ConfigMap (1)\n" +
+		"nftrace: note: clusterCIDR from the Nodes' spec.podCIDRs: 10.1.0.0/16\n"; errb.String() != want {
+		t.Errorf("stderr\n%s\nwant\n%s", errb.String(), want)
+	}
+	if res := decodeResults(t, &out); len(res) != 1 || endpointSet(res[0]) != "10.1.0.5:8080,10.2.0.5:8080" {
+		t.Errorf("results %+v; want web's two endpoints", res)
+	}
+	// A known kind of another apiVersion is still refused.
+	old := writeCluster(t, "apiVersion: discovery.k8s.io/v1beta1\nkind: EndpointSlice\nmetadata: {name: x}\n")
+	if err := run([]string{"--cluster", old, "--print-ruleset"}, &out, &errb); err == nil || !strings.Contains(err.Error(), `unsupported kind "EndpointSlice" of apiVersion "discovery.k8s.io/v1beta1"`) {
+		t.Errorf("v1beta1 EndpointSlice: error %v", err)
+	}
+}
+
+// TestNodelessFile: a file without Nodes warns that node addresses are unknown,
+// and with --local they are the node's, so its NodePorts are served there.
+func TestNodelessFile(t *testing.T) {
+	np := strings.Replace(serviceDocs("np", "172.30.0.30", "Cluster", "TCP")[0], "port: 80,", "port: 80, nodePort: 30080,", 1) +
+		"  type: NodePort\n"
+	file := writeCluster(t, np, serviceDocs("np", "172.30.0.30", "Cluster", "TCP")[1])
+	const pkt = "tcp 203.0.113.9:40000 -> 192.168.0.10:30080 iif eth0"
+	var out, errb bytes.Buffer
+	if err := run(append(exampleCIDRs, "--json", "--cluster", file, pkt), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if want := "nftrace: warning: unknown: the node's addresses (the file has no Node; give them with --local ADDR,...), so NodePorts and node addresses match nothing\n"; errb.String() != want {
+		t.Errorf("stderr %q, want %q", errb.String(), want)
+	}
+	if res := decodeResults(t, &out); len(res[0].Endpoints) != 0 {
+		t.Errorf("NodePort without node addresses: endpoints %v, want none", res[0].Endpoints)
+	}
+	out.Reset()
+	errb.Reset()
+	if err := run(append(exampleCIDRs, "--json", "--cluster", file, "--local", "192.168.0.10", pkt), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if errb.Len() != 0 {
+		t.Errorf("stderr %q with --local, want nothing", errb.String())
+	}
+	if res := decodeResults(t, &out); endpointSet(res[0]) != "10.1.0.5:8080,10.2.0.5:8080" {
+		t.Errorf("NodePort on --local's address: endpoints %v, want both", res[0].Endpoints)
 	}
 }

@@ -177,36 +177,6 @@ func TestLive(t *testing.T) {
 	}
 }
 
-// TestNoAssumedCIDRs: without --cluster-cidr and --service-cidr nftrace builds
-// with no pod-traffic detector and no service-CIDR drop, and says so.
-func TestNoAssumedCIDRs(t *testing.T) {
-	var out, errb bytes.Buffer
-	if err := run([]string{"--cluster", cluster, "--print-ruleset"}, &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	if w := errb.String(); !strings.Contains(w, "nftrace: warning: not set: clusterCIDR") || !strings.Contains(w, "serviceCIDR") {
-		t.Errorf("stderr %q, want a warning naming clusterCIDR and serviceCIDR", w)
-	}
-	for _, cidr := range []string{"10.0.0.0/8", "172.30.0.0/16", "fd00::/28", "fd00:30::/108"} {
-		if strings.Contains(out.String(), cidr) {
-			t.Errorf("ruleset built without CIDR flags mentions %s", cidr)
-		}
-	}
-	out.Reset()
-	errb.Reset()
-	if err := run(append(exampleCIDRs, "--cluster", cluster, "--print-ruleset"), &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	if errb.Len() != 0 {
-		t.Errorf("stderr %q with both CIDRs given, want nothing", errb.String())
-	}
-	for _, cidr := range []string{"10.0.0.0/8", "172.30.0.0/16"} {
-		if !strings.Contains(out.String(), cidr) {
-			t.Errorf("ruleset built with the CIDR flags lacks %s", cidr)
-		}
-	}
-}
-
 // TestFlagsGiveTheDaemonsConfig: nftrace's ruleset flags are ruleset.Options',
 // giving the Config the daemon and the feature scenarios get for the same settings.
 func TestFlagsGiveTheDaemonsConfig(t *testing.T) {
