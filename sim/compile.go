@@ -61,7 +61,7 @@ type Program struct {
 // knftables.Fake.Dump and `nft -f` scripts use (`add table ip t`, `add chain ...`,
 // `add rule ...`, `add set/map ...`, `add element ...`, also insert, flush, delete),
 // the nested form `nft list ruleset` prints (`table ip t { chain c { ... } }`), and a
-// mix of both. Unsupported syntax is a *CompileError naming the table, chain, rule
+// mix of both, and the JSON `nft -j list ruleset` prints (CompileJSON). Unsupported syntax is a *CompileError naming the table, chain, rule
 // and column.
 func CompileText(src string) (*Program, error) {
 	return CompileTextOptions(src, CompileOptions{})
@@ -79,8 +79,12 @@ type CompileOptions struct {
 	Forks bool
 }
 
-// CompileTextOptions is CompileText with options.
+// CompileTextOptions is CompileText with options. Like CompileText it also reads
+// `nft -j list ruleset` output (CompileJSON).
 func CompileTextOptions(src string, o CompileOptions) (*Program, error) {
+	if isJSON(src) {
+		return CompileJSON([]byte(src), o)
+	}
 	p := newParser(src)
 	p.opts = o
 	if err := p.parseFile(); err != nil {

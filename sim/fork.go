@@ -114,6 +114,10 @@ func (rp *ruleParser) parseForkStmt() (stmt, error) {
 		if n.kind != tWord && n.kind != tString {
 			return nil, errAt(n, "expected the xt %s's name, found %s", k.text, n.show())
 		}
+		if k.text == "match" && n.text == "comment" {
+			// iptables' comment match holds for every packet.
+			return &noopStmt{txt: rp.textFrom(start)}, nil
+		}
 		if err := rp.allowFork(t, "xt "+k.text+" "+strconv.Quote(n.text), "an iptables extension whose arguments nft does not show"); err != nil {
 			return nil, err
 		}

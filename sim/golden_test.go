@@ -26,7 +26,8 @@ import (
 //
 // As root, the tests also load each dump into a fresh namespace and run every scenario
 // on that listing (`nft -a list ruleset`, with handles) too; element order in listings
-// varies, so it is compared by outcome, not text.
+// varies, so it is compared by outcome, not text. *.list.json is the same listing as
+// `nft -j list ruleset` prints it (CompileJSON); as root the kernel's JSON is traced too.
 
 // want is one expected outcome of a trace, aggregated over branches.
 type want struct {
@@ -168,7 +169,32 @@ func compileGolden(t *testing.T, name string) map[string]*Program {
 		}
 		progs["kernel"] = fromKernel
 	}
+	js, err := os.ReadFile("testdata/" + name + ".list.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if progs["json"], err = CompileJSON(js, CompileOptions{}); err != nil {
+		t.Fatalf("CompileJSON(%s.list.json): %v", name, err)
+	}
+	if listing, ok := kernelJSON(t, "testdata/"+name+".dump.nft"); ok {
+		if progs["kernel-json"], err = CompileText(listing); err != nil {
+			t.Fatalf("CompileText(kernel JSON listing of %s.dump.nft): %v", name, err)
+		}
+	}
 	return progs
+}
+
+// kernelJSON is kernelListing with `nft -j list ruleset`.
+func kernelJSON(t *testing.T, file string) (string, bool) {
+	t.Helper()
+	if _, ok := kernelListing(t, file); !ok {
+		return "", false
+	}
+	out, err := exec.Command("unshare", "-n", "sh", "-c", `nft -f "$1" && nft -j list ruleset`, "sh", file).Output()
+	if err != nil {
+		t.Fatalf("nft -j list ruleset of %s: %v", file, err)
+	}
+	return string(out), true
 }
 
 var kernelOnce sync.Once
@@ -204,7 +230,7 @@ func runScenarios(t *testing.T, name string, env Env, scenarios []scenario) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			var first *Trace
-			for _, form := range []string{"dump", "list", "kernel"} {
+			for _, form := range []string{"dump", "list", "kernel", "json", "kernel-json"} {
 				if progs[form] == nil {
 					continue
 				}

@@ -105,13 +105,24 @@ func compileReal(t *testing.T, name, firstUndecided string) *Program {
 }
 
 func TestFirewalld(t *testing.T) {
-	progs := map[string]*Program{"list": compileReal(t, "firewalld.list.nft", "limit rate 10/minute")}
+	progs := map[string]*Program{
+		"list": compileReal(t, "firewalld.list.nft", "limit rate 10/minute"),
+		// The same listing as nft -j prints it.
+		"json": compileReal(t, "firewalld.list.json", "limit rate 10/minute"),
+	}
 	if listing, ok := kernelListing(t, "testdata/firewalld.list.nft"); ok {
 		p, err := CompileTextOptions(listing, CompileOptions{Forks: true})
 		if err != nil {
 			t.Fatalf("the kernel's listing: %v", err)
 		}
 		progs["kernel"] = p
+	}
+	if listing, ok := kernelJSON(t, "testdata/firewalld.list.nft"); ok {
+		p, err := CompileTextOptions(listing, CompileOptions{Forks: true})
+		if err != nil {
+			t.Fatalf("the kernel's JSON listing: %v", err)
+		}
+		progs["kernel-json"] = p
 	}
 	runReal(t, progs, []realCase{
 		{"ssh", "tcp 1.2.3.4:5555 -> 192.168.0.2:22 iif eth0", []string{"1 accept local 192.168.0.2:22"}},
