@@ -176,8 +176,9 @@ type Outcome struct {
 // Branch is one path of a trace: with numgen random, each combination of choices is a
 // branch of its own probability.
 type Branch struct {
-	// Probability of this branch given its assumptions: the branches of a trace
-	// that make the same assumptions sum to 1 (all of them, when none assume).
+	// Probability of this branch should its assumptions hold: for any one way the
+	// assumed outcomes could go, the branches consistent with it sum to 1 (all of
+	// them, when none assume).
 	Probability float64
 	// Choices are the numgen random decisions taken, in order.
 	Choices []Choice
@@ -241,8 +242,9 @@ type Endpoint struct {
 }
 
 // Endpoints aggregates the branches by destination (after DNAT), verdict, delivery
-// and assumptions. The probabilities of the endpoints of the same assumptions sum
-// to 1. They are sorted by assumptions, address, then verdict.
+// and assumptions. Without assumptions their probabilities sum to 1; with them, each
+// is the chance of its fate should its assumptions hold. They are sorted by
+// assumptions, address, then verdict.
 func (t *Trace) Endpoints() []Endpoint {
 	type key struct {
 		a   netip.AddrPort
