@@ -12,7 +12,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/nftproxy/nftproxy/packet"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
@@ -37,6 +40,8 @@ type options struct {
 	jsonOut      bool
 	color        string
 	printRuleset bool
+	sequence     bool
+	seed         uint64
 	// rs are the ruleset's settings: --config's, overridden by the flags given, and
 	// for --cluster completed from the cluster file (readCluster).
 	rs ruleset.Options
@@ -61,6 +66,8 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per packet")
 	fs.StringVar(&o.color, "color", "auto", "highlight the deciding rules: auto, always or never")
 	fs.BoolVar(&o.printRuleset, "print-ruleset", false, "print the ruleset built for the cluster (nft -f syntax) and exit")
+	fs.BoolVar(&o.sequence, "sequence", false, "trace the packets in order on one node, sharing conntrack entries and set elements (affinity); 'advance 10s' between packets lets time pass")
+	fs.Uint64Var(&o.seed, "seed", 1, "with --sequence, the seed of the random choice of the branch each packet commits (numgen random)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: nftrace (--cluster FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
 		fmt.Fprintf(fs.Output(), "PACKET is e.g. 'tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0' or 'udp [fd00::5]:53000 -> [fd00::10]:53'.\n\n")
@@ -113,11 +120,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if o.printRuleset && o.cluster == "" {
 		return errors.New("--print-ruleset needs --cluster")
 	}
-	packets, err := parsePackets(pkts)
+	entries, err := parseEntries(pkts, o.sequence)
 	if err != nil {
 		return err
 	}
-	if !o.printRuleset && len(packets) == 0 {
+	if !o.printRuleset && !slices.ContainsFunc(entries, func(e entry) bool { return e.advance == 0 }) {
 		return errors.New("no packet to trace: give one or more PACKET arguments")
 	}
 	prog, local, err := load(o, stdout, stderr)
@@ -131,20 +138,44 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	env := sim.Env{LocalAddrs: local}
-	return trace(prog, env, packets, o, stdout)
+	return trace(prog, env, entries, o, stdout)
 }
 
-// parsePackets parses every PACKET argument, reporting all errors with the column.
-func parsePackets(args []string) ([]packet.Packet, error) {
-	var out []packet.Packet
+// entry is one PACKET argument: a packet, or with --sequence an advance of the
+// clock ("advance 10s").
+type entry struct {
+	pkt packet.Packet
+	// advance is the time that passes, when positive; pkt is then unset.
+	advance time.Duration
+}
+
+// advanceRE matches the pseudo-packet "advance DURATION".
+var advanceRE = regexp.MustCompile(`^\s*advance(\s+(.*?))?\s*$`)
+
+// parseEntries parses every PACKET argument, reporting all errors with the column.
+// "advance DURATION" is allowed only in a sequence.
+func parseEntries(args []string, sequence bool) ([]entry, error) {
+	var out []entry
 	var errs []error
 	for i, a := range args {
+		if m := advanceRE.FindStringSubmatch(a); m != nil {
+			d, err := time.ParseDuration(m[2])
+			switch {
+			case !sequence:
+				errs = append(errs, fmt.Errorf("packet %d %q: advance needs --sequence", i+1, a))
+			case err != nil || d <= 0:
+				errs = append(errs, fmt.Errorf("packet %d %q: want advance DURATION, a positive Go duration such as 10s or 5m", i+1, a))
+			default:
+				out = append(out, entry{advance: d})
+			}
+			continue
+		}
 		p, err := packet.Parse(a)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("packet %d %q: %w", i+1, a, err))
 			continue
 		}
-		out = append(out, p)
+		out = append(out, entry{pkt: p})
 	}
 	return out, errors.Join(errs...)
 }

@@ -206,3 +206,76 @@ tableName: kp
 		t.Errorf("nftrace config %+v (warnings %q), want %+v", o.cfg, o.warnings, want)
 	}
 }
+
+// TestSequence: with --sequence the packets share the node's state. The second
+// connection of a client to a ClientIP-affinity Service goes to the endpoint the
+// first committed, until the affinity times out (advance: ten minutes after the
+// last new connection refreshed it); a packet of an open
+// connection follows its conntrack entry; without --sequence each packet is alone.
+func TestSequence(t *testing.T) {
+	const (
+		first  = "tcp 10.1.0.20:40000 -> 172.30.0.14:80 iif veth1"
+		second = "tcp 10.1.0.20:40001 -> 172.30.0.14:80 iif veth1"
+		third  = "tcp 10.1.0.20:40002 -> 172.30.0.14:80 iif veth1"
+		later  = "tcp 10.1.0.20:40003 -> 172.30.0.14:80 iif veth1"
+	)
+	both := "10.1.0.9:8080,10.2.0.9:8080"
+	seen := map[string]bool{}
+	for _, seed := range []string{"1", "2", "3", "4", "5", "6"} {
+		res := runJSON(t, append(exampleCIDRs, "--cluster", cluster, "--sequence", "--seed", seed,
+			first, second, first, "advance 9m", third, "advance 11m", later)...)
+		if len(res) != 5 {
+			t.Fatalf("seed %s: %d results, want 5 (advance prints none)", seed, len(res))
+		}
+		if endpointSet(res[0]) != both || res[0].Committed == nil || res[0].Time != "0s" {
+			t.Fatalf("seed %s: first connection: endpoints %q committed %v time %q; want both, one committed, at 0s", seed, endpointSet(res[0]), res[0].Committed, res[0].Time)
+		}
+		sticky := res[0].Branches[*res[0].Committed].DNAT
+		seen[sticky] = true
+		for i, want := range []string{sticky, sticky, sticky, both} {
+			if got := endpointSet(res[i+1]); got != want {
+				t.Errorf("seed %s: packet %d (%s): endpoints %q, want %q", seed, i+2, res[i+1].Packet, got, want)
+			}
+		}
+		if res[3].Time != "9m0s" || res[4].Time != "20m0s" {
+			t.Errorf("seed %s: times %q, %q; want 9m0s, 20m0s", seed, res[3].Time, res[4].Time)
+		}
+		var ct bool
+		for _, s := range res[2].Steps {
+			ct = ct || (s.Kind == "conntrack" && strings.Contains(s.Detail, "established"))
+		}
+		if !ct {
+			t.Errorf("seed %s: the first connection's second packet shows no established conntrack entry: %+v", seed, res[2].Steps)
+		}
+	}
+	if len(seen) != 2 {
+		t.Errorf("six seeds committed only %v; want both endpoints among them", seen)
+	}
+	// Alone, every packet is a first.
+	for _, r := range runJSON(t, append(exampleCIDRs, "--cluster", cluster, first, second)...) {
+		if endpointSet(r) != both || r.Committed != nil || r.Time != "" {
+			t.Errorf("without --sequence %s: endpoints %q committed %v time %q; want both, none committed, no time", r.Packet, endpointSet(r), r.Committed, r.Time)
+		}
+	}
+	var out, errb bytes.Buffer
+	if err := run(append(exampleCIDRs, "--cluster", cluster, "--color", "never", "--sequence", first, "advance 1m", second), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if text := out.String(); !strings.Contains(text, "(committed)") || !strings.Contains(text, "; committed branch ") ||
+		!strings.Contains(text, "\n\nadvance 1m0s: the clock reads +1m0s\n\n") {
+		t.Errorf("text output lacks the committed branch or the advance:\n%s", text)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{first, "advance 10s"}, `packet 2 "advance 10s": advance needs --sequence`},
+		{[]string{"--sequence", first, "advance ten"}, `packet 2 "advance ten": want advance DURATION`},
+		{[]string{"--sequence", "advance 1s"}, "no packet to trace"},
+	} {
+		err := run(append([]string{"--cluster", cluster}, tc.args...), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -7,8 +7,8 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 
-	"github.com/nftproxy/nftproxy/packet"
 	"github.com/nftproxy/nftproxy/sim"
 )
 
@@ -33,6 +33,12 @@ type Result struct {
 	Steps []StepJSON `json:"steps"`
 	// Branches are all branches, each with its own outcome and steps.
 	Branches []BranchJSON `json:"branches"`
+	// Time is, with --sequence, the time the packet is traced at, since the first
+	// packet ("0s", then as "advance" moves it).
+	Time string `json:"time,omitempty"`
+	// Committed is, with --sequence, the index in Branches of the branch the node
+	// took: its conntrack entry and set elements are what later packets see.
+	Committed *int `json:"committed,omitempty"`
 }
 
 // EndpointJSON is a possible DNAT destination.
@@ -114,6 +120,10 @@ func result(tr *sim.Trace) Result {
 	if len(r.Branches) > 0 {
 		r.Steps = r.Branches[0].Steps
 	}
+	if tr.Committed >= 0 {
+		c := tr.Committed
+		r.Committed = &c
+	}
 	return r
 }
 
@@ -145,28 +155,62 @@ func steps(in []sim.Step) []StepJSON {
 // deciding matches the rendering of a rule that decided a packet's fate.
 var deciding = regexp.MustCompile(`-> (dnat|snat|masquerade|drop|reject|accept)\b`)
 
-// trace traces every packet and prints the results.
-func trace(prog *sim.Program, env sim.Env, packets []packet.Packet, o *options, stdout io.Writer) error {
+// trace traces every packet and prints the results. With --sequence the packets
+// go through one sim.Runtime in order, each seeing the conntrack entries and set
+// elements the earlier ones left, on a clock that "advance" moves.
+func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	color := o.color == "always" || (o.color == "auto" && isTerminal(stdout))
-	for i, p := range packets {
-		tr, err := prog.Trace(p, env)
+	var rt *sim.Runtime
+	var clock *sim.ManualClock
+	var elapsed time.Duration
+	if o.sequence {
+		clock = &sim.ManualClock{}
+		env.Clock, env.Seed = clock, o.seed
+		rt = sim.NewRuntime(prog, env)
+	}
+	printed := false
+	for _, e := range entries {
+		if e.advance > 0 {
+			clock.Advance(e.advance)
+			elapsed += e.advance
+			if !o.jsonOut {
+				if printed {
+					fmt.Fprintln(stdout)
+				}
+				fmt.Fprintf(stdout, "advance %s: the clock reads +%s\n", e.advance, elapsed)
+				printed = true
+			}
+			continue
+		}
+		var tr *sim.Trace
+		var err error
+		if rt != nil {
+			tr, err = rt.Trace(e.pkt)
+		} else {
+			tr, err = prog.Trace(e.pkt, env)
+		}
 		if err != nil {
-			return fmt.Errorf("tracing %s: %w", p, err)
+			return fmt.Errorf("tracing %s: %w", e.pkt, err)
+		}
+		r := result(tr)
+		if rt != nil {
+			r.Time = elapsed.String()
 		}
 		if o.jsonOut {
-			if err := enc.Encode(result(tr)); err != nil {
+			if err := enc.Encode(r); err != nil {
 				return err
 			}
 			continue
 		}
-		if i > 0 {
+		if printed {
 			fmt.Fprintln(stdout)
 		}
+		printed = true
 		fmt.Fprint(stdout, render(tr, color))
-		fmt.Fprintln(stdout, summary(result(tr)))
+		fmt.Fprintln(stdout, summary(r))
 	}
 	return nil
 }
@@ -210,6 +254,13 @@ func summary(r Result) string {
 	}
 	if r.SNAT != "" && len(r.Endpoints) == 0 {
 		fmt.Fprintf(&b, ", source becomes %s", r.SNAT)
+	}
+	if r.Committed != nil && len(r.Branches) > 1 {
+		br := r.Branches[*r.Committed]
+		fmt.Fprintf(&b, "; committed branch %d", *r.Committed+1)
+		if br.DNAT != "" {
+			fmt.Fprintf(&b, " (to %s)", br.DNAT)
+		}
 	}
 	return b.String()
 }
