@@ -149,6 +149,15 @@ var goldens = []golden{
 		c.LocalMode = LocalInterfacePrefix
 		c.InterfacePrefix = "veth"
 	}, cluster: simpleCluster},
+	{name: "node-cidr", families: dual, config: func(c *Config) {
+		c.LocalMode = LocalNodeCIDR
+		c.ClusterCIDRs = nil
+	}, cluster: func(st *state.ClusterState) {
+		// Pod traffic is from the Node's own pod range, not the cluster's; the Node
+		// has no IPv6 pod range yet, so the ip6 table has no detector.
+		st.Node.PodCIDRs = fixture.Prefixes("10.1.0.0/24")
+		simpleCluster(st)
+	}},
 	{name: "no-detector", families: ipv4, config: func(c *Config) {
 		c.LocalMode = LocalNone
 		c.ClusterCIDRs = nil

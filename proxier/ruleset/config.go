@@ -27,6 +27,11 @@ const (
 	// LocalInterfacePrefix treats packets arriving on interfaces whose names start
 	// with Config.InterfacePrefix as pod traffic.
 	LocalInterfacePrefix LocalMode = "InterfaceNamePrefix"
+	// LocalNodeCIDR treats sources in this node's pod CIDRs (the Node's
+	// spec.podCIDRs, state.Node.PodCIDRs) as pod traffic. A family the Node has no
+	// pod CIDR of, as yet, has no detector: the ruleset follows the Node, so the
+	// next sync after the range is allocated detects with it.
+	LocalNodeCIDR LocalMode = "NodeCIDR"
 )
 
 // Config holds every knob of the ruleset, resolved: Options is how people write it
@@ -91,12 +96,13 @@ func (c *Config) Validate() error {
 		if c.InterfacePrefix == "" {
 			bad(fieldInterfaceNamePrefix, "required when detectLocalMode is InterfaceNamePrefix")
 		}
-	case "NodeCIDR", "BridgeInterface":
-		// kube-proxy's other detectors: named apart so that a kube-proxy
+	case LocalNodeCIDR:
+	case "BridgeInterface":
+		// kube-proxy's other detector: named apart so that a kube-proxy
 		// configuration is told what is missing rather than that it is wrong.
-		bad(fieldDetectLocalMode, "%q: not supported yet; want ClusterCIDR or InterfaceNamePrefix", c.LocalMode)
+		bad(fieldDetectLocalMode, "%q: not supported yet; want ClusterCIDR, NodeCIDR or InterfaceNamePrefix", c.LocalMode)
 	default:
-		bad(fieldDetectLocalMode, "%q: want ClusterCIDR or InterfaceNamePrefix", c.LocalMode)
+		bad(fieldDetectLocalMode, "%q: want ClusterCIDR, NodeCIDR or InterfaceNamePrefix", c.LocalMode)
 	}
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		bad(fieldMasqueradeBit, "%d: want 1..31", c.MasqueradeBit)

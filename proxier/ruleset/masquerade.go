@@ -7,7 +7,8 @@ import (
 
 // podTraffic returns the match that tells this family's pod traffic apart, negated
 // when not is set, and false when the configuration has no detector for the family
-// (no local mode, or ClusterCIDR mode without a cluster CIDR of this family).
+// (no local mode, ClusterCIDR mode without a cluster CIDR of this family, NodeCIDR
+// mode while the Node has no pod CIDR of this family).
 func (b *layout) podTraffic(not bool) (string, bool) {
 	op := ""
 	if not {
@@ -16,6 +17,12 @@ func (b *layout) podTraffic(not bool) (string, bool) {
 	switch b.cfg.LocalMode {
 	case LocalClusterCIDR:
 		cidrs := b.fam.prefixes(b.cfg.ClusterCIDRs)
+		if len(cidrs) == 0 {
+			return "", false
+		}
+		return b.fam.ip + " saddr " + op + prefixMatch(cidrs), true
+	case LocalNodeCIDR:
+		cidrs := b.fam.prefixes(b.node.PodCIDRs)
 		if len(cidrs) == 0 {
 			return "", false
 		}

@@ -58,9 +58,11 @@ type Options struct {
 	// them is pod traffic; unset, no traffic is (with a warning).
 	ClusterCIDR string `json:"clusterCIDR,omitempty"`
 	// DetectLocalMode tells pod traffic apart (kube-proxy's detectLocalMode,
-	// --detect-local-mode): ClusterCIDR (the default, as in kube-proxy) or
-	// InterfaceNamePrefix. kube-proxy's NodeCIDR and BridgeInterface are not
-	// supported yet.
+	// --detect-local-mode): ClusterCIDR (the default, as in kube-proxy), NodeCIDR
+	// (sources in the Node's spec.podCIDRs; as kube-proxy, a family the Node has no
+	// pod CIDR of has no detector, but where kube-proxy waits for the range at start
+	// and exits when it changes, nftproxy follows the Node) or InterfaceNamePrefix.
+	// kube-proxy's BridgeInterface is not supported yet.
 	DetectLocalMode string `json:"detectLocalMode,omitempty"`
 	// DetectLocal holds the detectors' settings (kube-proxy's detectLocal).
 	DetectLocal DetectLocalOptions `json:"detectLocal,omitempty"`
@@ -150,7 +152,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServiceCIDR, fieldFlags[fieldServiceCIDR], o.ServiceCIDR,
 		"comma-separated Service CIDRs, both families: traffic to unallocated ClusterIPs in them is dropped (unset: none is)")
 	fs.StringVar(&o.DetectLocalMode, fieldFlags[fieldDetectLocalMode], o.DetectLocalMode,
-		"how pod traffic is told apart: ClusterCIDR (default) or InterfaceNamePrefix")
+		"how pod traffic is told apart: ClusterCIDR (default), NodeCIDR (the Node's spec.podCIDRs) or InterfaceNamePrefix")
 	fs.StringVar(&o.DetectLocal.InterfaceNamePrefix, fieldFlags[fieldInterfaceNamePrefix], o.DetectLocal.InterfaceNamePrefix,
 		"pod interface name prefix, for --detect-local-mode InterfaceNamePrefix")
 	fs.Var((*listFlag)(&o.NodePortAddresses), fieldFlags[fieldNodePortAddresses],

@@ -187,6 +187,7 @@ func TestOptionsDefaults(t *testing.T) {
 		{"blank clusterCIDR", "clusterCIDR: ' , '\nserviceCIDR: 172.30.0.0/16\n", LocalNone, []string{"clusterCIDR"}},
 		{"no serviceCIDR", "clusterCIDR: 10.0.0.0/8\n", LocalClusterCIDR, []string{"serviceCIDR"}},
 		{"both", "clusterCIDR: 10.0.0.0/8\nserviceCIDR: 172.30.0.0/16\n", LocalClusterCIDR, nil},
+		{"NodeCIDR needs no clusterCIDR", "detectLocalMode: NodeCIDR\nserviceCIDR: 172.30.0.0/16\n", LocalNodeCIDR, nil},
 		{"interface prefix needs no clusterCIDR", "detectLocalMode: InterfaceNamePrefix\ndetectLocal: {interfaceNamePrefix: cali}\nserviceCIDR: 172.30.0.0/16\n", LocalInterfacePrefix, nil},
 	}
 	for _, tc := range cases {
@@ -251,9 +252,9 @@ func TestOptionsErrorsNameTheField(t *testing.T) {
 		{"nodePortAddresses: [primry]\n", []string{`nodePortAddresses (--nodeport-addresses): invalid CIDR "primry": want CIDRs and the keywords primary, all`}},
 		{"nodePortAddresses: [primary, 10.0.0.0/8, primary]\n", []string{`nodePortAddresses (--nodeport-addresses): keyword "primary" given twice`}},
 		{"nodePortAddresses: [localhost]\n", []string{`nodePortAddresses (--nodeport-addresses): keyword "localhost": not supported`}},
-		{"detectLocalMode: Foo\n", []string{`detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR or InterfaceNamePrefix`}},
+		{"detectLocalMode: Foo\n", []string{`detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR, NodeCIDR or InterfaceNamePrefix`}},
 		{"detectLocalMode: clustercidr\n", []string{`detectLocalMode (--detect-local-mode): "clustercidr": want`}},
-		{"detectLocalMode: NodeCIDR\n", []string{`detectLocalMode (--detect-local-mode): "NodeCIDR": not supported yet`}},
+		{"detectLocalMode: nodecidr\n", []string{`detectLocalMode (--detect-local-mode): "nodecidr": want`}},
 		{"detectLocalMode: BridgeInterface\n", []string{`"BridgeInterface": not supported yet`}},
 		{"detectLocalMode: InterfaceNamePrefix\n", []string{"detectLocal.interfaceNamePrefix (--pod-interface-name-prefix): required when detectLocalMode is InterfaceNamePrefix"}},
 		{"masqueradeBit: 0\n", []string{"masqueradeBit (--iptables-masquerade-bit): 0: want 1..31"}},

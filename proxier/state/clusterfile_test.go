@@ -24,7 +24,8 @@ func TestExampleClusterFile(t *testing.T) {
 		if len(errs) != 0 {
 			t.Fatalf("LoadClusterFile(%q): object errors %v", node, errs)
 		}
-		wantNode := Node{Name: "node-a", Zone: "z1", Addresses: addrs("192.168.0.10", "fd00:168::10"), PrimaryIPs: addrs("192.168.0.10", "fd00:168::10")}
+		wantNode := Node{Name: "node-a", Zone: "z1", Addresses: addrs("192.168.0.10", "fd00:168::10"), PrimaryIPs: addrs("192.168.0.10", "fd00:168::10"),
+			PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("fd00:1::/64")}}
 		if diff := cmp.Diff(wantNode, st.Node, cmpNet); diff != "" {
 			t.Errorf("node (-want +got):\n%s", diff)
 		}

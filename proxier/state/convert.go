@@ -378,8 +378,9 @@ func resolveConditions(c discoveryv1.EndpointConditions) (ready, serving, termin
 
 // ConvertNode validates n and reduces it to a Node: its name, its
 // topology.kubernetes.io/zone label, its InternalIP and ExternalIP addresses
-// (deduplicated, in the order listed) and its primary IP of each family (IPv4 first). A malformed Node yields a Node holding only
-// its name and an *ObjectError listing every invalid field.
+// (deduplicated, in the order listed), its primary IP of each family (IPv4 first)
+// and its spec.podCIDRs. A malformed Node yields a Node holding only its name and an
+// *ObjectError listing every invalid field.
 func ConvertNode(n *v1.Node) (Node, error) {
 	if n == nil {
 		return Node{}, nil
@@ -412,6 +413,14 @@ func ConvertNode(n *v1.Node) (Node, error) {
 		if ip := cmp.Or(primary[0][v6], primary[1][v6]); ip.IsValid() {
 			out.PrimaryIPs = append(out.PrimaryIPs, ip)
 		}
+	}
+	for i, c := range n.Spec.PodCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil || p.Addr().Is4In6() {
+			fe.addMsg(fmt.Sprintf("spec.podCIDRs[%d]", i), fmt.Sprintf("invalid CIDR %q", c))
+			continue
+		}
+		out.PodCIDRs = append(out.PodCIDRs, p.Masked())
 	}
 	if err := fe.objectError(KindNode, "", n.Name); err != nil {
 		return Node{Name: n.Name}, err

@@ -733,6 +733,17 @@ func TestConvertNode(t *testing.T) {
 		t.Errorf("PrimaryIP of a Node without PrimaryIPs = %v, want its first IPv4 address 10.0.0.1", ip)
 	}
 
+	// spec.podCIDRs are kept, host bits cleared, for the NodeCIDR detector.
+	got, err = ConvertNode(testNode(func(n *v1.Node) { n.Spec.PodCIDRs = []string{"10.1.0.0/24", "fd00:1::5/64"} }))
+	if err != nil {
+		t.Fatalf("ConvertNode: %v", err)
+	}
+	if diff := cmp.Diff([]netip.Prefix{netip.MustParsePrefix("10.1.0.0/24"), netip.MustParsePrefix("fd00:1::/64")}, got.PodCIDRs, cmpNet); diff != "" {
+		t.Errorf("PodCIDRs (-want +got):\n%s", diff)
+	}
+	_, err = ConvertNode(testNode(func(n *v1.Node) { n.Spec.PodCIDRs = []string{"10.1.0.0/24", "10.1.0.0/33"} }))
+	checkObjectError(t, err, KindNode, "", "node-a", "spec.podCIDRs[1]")
+
 	got, err = ConvertNode(testNode(func(n *v1.Node) { n.Labels = nil }))
 	if err != nil || got.Zone != "" {
 		t.Errorf("ConvertNode without zone label = %+v, %v; want no zone", got, err)

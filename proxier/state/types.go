@@ -52,6 +52,10 @@ type Node struct {
 	// picks its node IPs from the Node: the first InternalIP of the family, else the
 	// first ExternalIP.
 	PrimaryIPs []netip.Addr
+	// PodCIDRs are the node's pod ranges (spec.podCIDRs, host bits cleared): at most
+	// one of each family, empty until the node's range is allocated. The NodeCIDR
+	// pod-traffic detector reads them.
+	PodCIDRs []netip.Prefix
 }
 
 // PrimaryIP returns the node's primary IP of the family of IPv6 (is6): the one of
