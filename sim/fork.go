@@ -16,6 +16,9 @@ type forkStmt struct {
 	// drop says the second outcome drops the packet instead of ending the rule (xt
 	// target).
 	drop bool
+	// accept says the first outcome accepts the packet (queue: the program that
+	// reads the queue says accept) instead of going on with the rule.
+	accept bool
 	// single says there is no second outcome: the statement is assumed to do what
 	// outcomes[0] says (an xt target known not to change the packet's path).
 	single bool
@@ -30,6 +33,9 @@ func (s *forkStmt) exec(c *evalCtx) (result, *verdict) {
 		return rNext, nil
 	}
 	if c.fork(s.txt, s.outcomes) == 0 {
+		if s.accept {
+			return rVerdict, acceptVerdict
+		}
 		return rNext, nil
 	}
 	if s.drop {
@@ -147,6 +153,38 @@ func (rp *ruleParser) parseForkStmt() (stmt, error) {
 			return nil, err
 		}
 		return &absentStmt{txt: m.String(), note: "the packet has no IPv6 " + t.text + " header"}, nil
+	case t.text == "flow" && (rp.isWord(1, "add") || rp.isWord(1, "offload")):
+		rp.next()
+		rp.next()
+		if ft := rp.next(); ft.kind != tWord || !strings.HasPrefix(ft.text, "@") {
+			return nil, errAt(ft, "expected @flowtable, found %s", ft.show())
+		}
+		// Offloading affects the connection's later packets, not this one.
+		return &noopStmt{txt: rp.textFrom(start)}, nil
+	case t.text == "queue":
+		rp.next()
+		for !rp.atEnd() {
+			n := rp.peek()
+			if n.kind == tWord && (n.text == "num" || n.text == "to" || n.text == "flags") {
+				rp.next()
+				rp.next()
+				for rp.peek().kind == tComma {
+					rp.next()
+					rp.next()
+				}
+				continue
+			}
+			if n.kind == tWord && (n.text == "bypass" || n.text == "fanout") {
+				rp.next()
+				continue
+			}
+			break
+		}
+		if err := rp.allowFork(t, "queue", "the verdict of the program reading the queue"); err != nil {
+			return nil, err
+		}
+		txt := rp.textFrom(start)
+		return &forkStmt{txt: txt, outcomes: [2]string{"the program reading " + txt + " accepts the packet", "the program reading " + txt + " drops the packet"}, accept: true, drop: true}, nil
 	case t.text == "socket":
 		rp.next()
 		k := rp.next()

@@ -211,3 +211,30 @@ func TestNamedLimitAndQuota(t *testing.T) {
 		t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestFlowtableAndQueue: a flowtable and "flow add" leave the packet's path alone; a
+// queue forks on the verdict of the program reading it.
+func TestFlowtableAndQueue(t *testing.T) {
+	p, err := CompileTextOptions(`table inet t {
+	flowtable ft {
+		hook ingress priority filter + 10
+		devices = { eth0, eth1 }
+	}
+
+	chain forward {
+		type filter hook forward priority filter; policy drop;
+		ct state established flow add @ft
+		ip daddr 1.1.1.1 queue num 3 bypass
+		accept
+	}
+}`, CompileOptions{Forks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := mustTrace(t, p, "udp 10.0.0.5:1 -> 1.1.1.1:2 iif eth1 ct established", testEnv)
+	got := strings.Join(summary(tr), "\n")
+	want := "[the program reading queue num 3 bypass accepts the packet] 1 accept forward 1.1.1.1:2\n[the program reading queue num 3 bypass drops the packet] 1 drop none 1.1.1.1:2 at forward"
+	if got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+}

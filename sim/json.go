@@ -125,7 +125,7 @@ func jsonToText(src []byte) (string, error) {
 					}
 					fmt.Fprintf(&b, "add rule %s %s %s %s\n", r.Family, quoteName(r.Table), quoteName(r.Chain), strings.Join(stmts, " "))
 				}
-			case "metainfo", "ct helper", "ct timeout", "ct expectation", "counter", "limit", "quota":
+			case "metainfo", "ct helper", "ct timeout", "ct expectation", "counter", "limit", "quota", "flowtable":
 				// Objects that do not shape a packet's path (the rules that use limits
 				// and quotas fork).
 			default:
@@ -350,6 +350,14 @@ func jsonStmt(e any) (string, error) {
 			return s + str(arg["val"]), nil
 		case "ct helper":
 			return "ct helper set " + strconv.Quote(str(v)), nil
+		case "flow":
+			return "flow " + str(arg["op"]) + " " + str(arg["flowtable"]), nil
+		case "queue":
+			s := "queue"
+			if n := str(arg["num"]); n != "" {
+				s += " num " + n
+			}
+			return s, nil
 		}
 		return "", fmt.Errorf("unsupported statement %q", k)
 	}

@@ -57,8 +57,8 @@ func TestCompileJSONErrors(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Table != "ip t" || ce.Chain != "c" || ce.Rule != 1 || !strings.Contains(ce.Msg, "raw payload") {
 		t.Errorf("error = %#v", err)
 	}
-	if _, err := CompileJSON([]byte(`{"nftables": [{"flowtable": {"family": "ip", "name": "f"}}]}`), CompileOptions{}); err == nil || !strings.Contains(err.Error(), `unsupported object "flowtable"`) {
-		t.Errorf("flowtable: error = %v", err)
+	if _, err := CompileJSON([]byte(`{"nftables": [{"synproxy": {"family": "ip", "name": "f"}}]}`), CompileOptions{}); err == nil || !strings.Contains(err.Error(), `unsupported object "synproxy"`) {
+		t.Errorf("synproxy: error = %v", err)
 	}
 	if _, err := CompileJSON([]byte(`{"nftables": [`), CompileOptions{}); err == nil {
 		t.Errorf("truncated JSON compiled")

@@ -91,6 +91,12 @@ func (p *parser) parseTableBody(tab *table) error {
 			if err := p.skipCounter(); err != nil {
 				return err
 			}
+		case "flowtable":
+			// A flowtable offloads connections a "flow add" sent to it: their later
+			// packets skip the hooks, which a trace of one packet does not reach.
+			if err := p.skipObject("flowtable"); err != nil {
+				return err
+			}
 		case "limit", "quota":
 			// Named limits and quotas: the rules that use them ("limit name x")
 			// fork (CompileOptions.Forks) or fail to compile.
@@ -141,6 +147,31 @@ func (p *parser) skipCounter() error {
 			return p.errTok(t, `unterminated counter, expected "}"`)
 		}
 	}
+}
+
+// skipObject reads a declaration `NAME { ... }` whose body may nest braces.
+func (p *parser) skipObject(what string) error {
+	if _, err := p.name(what); err != nil {
+		return err
+	}
+	if _, err := p.expect(tLBrace, `"{"`); err != nil {
+		return err
+	}
+	for depth := 1; depth > 0; {
+		t, err := p.next()
+		if err != nil {
+			return err
+		}
+		switch t.kind {
+		case tLBrace:
+			depth++
+		case tRBrace:
+			depth--
+		case tEOF:
+			return p.errTok(t, `unterminated %s, expected "}"`, what)
+		}
+	}
+	return nil
 }
 
 // wordList reads `a,b,c` up to the end of the statement.

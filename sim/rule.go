@@ -112,8 +112,8 @@ func (rp *ruleParser) parseRule() ([]stmt, error) {
 }
 
 var unsupportedStmts = map[string]bool{
-	"queue": true, "fwd": true, "dup": true, "tproxy": true,
-	"synproxy": true, "flow": true, "secmark": true, "last": true, "connlimit": true,
+	"fwd": true, "dup": true, "tproxy": true,
+	"synproxy": true, "secmark": true, "last": true, "connlimit": true,
 }
 
 func (rp *ruleParser) parseStmt() (stmt, error) {
