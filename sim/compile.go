@@ -70,12 +70,14 @@ func CompileText(src string) (*Program, error) {
 // CompileOptions change what Compile* accepts.
 type CompileOptions struct {
 	// Forks accepts what a packet cannot decide — limit rate, quota, ct count, xt
-	// matches and targets (whose payload nft does not show), socket, meta random
-	// other than iptables' statistic, meta time, day, hour and cpu — as forks: a
-	// trace follows both outcomes, each branch labelled with what it assumes
-	// (Branch.Assumptions, "under limit rate 10/second"). Without it each is a
-	// *CompileError, so that a ruleset that compiles is one whose every path the
-	// packet decides (numgen random and statistic forks carry probabilities).
+	// matches and targets (whose payload nft does not show), socket, queue, ether
+	// and vlan, meta random other than iptables' statistic, meta time, day, hour
+	// and cpu — as forks: a trace follows both outcomes, each branch labelled with
+	// what it assumes (Branch.Assumptions, "under limit rate 10/second"). Without it
+	// each is a *CompileError, so that a ruleset that compiles is one whose every
+	// path the packet decides (numgen random and statistic forks carry
+	// probabilities), but for the owner of a node's own packet's socket (meta
+	// skuid, skgid), which forks either way.
 	Forks bool
 }
 

@@ -1,6 +1,6 @@
-// Package sim compiles an nftables ruleset (a knftables.Fake, or `nft list ruleset`
-// text) and traces synthetic packets through it as netfilter would, reporting every
-// step, every numgen branch with its probability, and the outcome.
+// Package sim compiles an nftables ruleset (a knftables.Fake, `nft list ruleset` text
+// or its JSON) and traces synthetic packets through it as netfilter would, reporting
+// every step, every numgen branch with its probability, and the outcome.
 //
 // Compilation parses each rule once into statements over a small expression tree; sets
 // and maps get a hash index on the concatenated key plus, for ranges and prefixes, a
@@ -33,10 +33,11 @@
 // numgen random forks the trace: every value is explored, each branch carrying its
 // probability; so does a meta random comparison (iptables-nft's statistic match),
 // with the share of random numbers it accepts. What a packet cannot decide — limit
-// rate, quota, ct count, xt matches and targets, socket, meta time/cpu, the owner of
-// a node's own packet's socket — is a compile error unless CompileOptions.Forks is
-// set; then the trace follows both outcomes, each branch labelled with what it
-// assumes (Branch.Assumptions) and its probability conditional on that. Header
+// rate, quota, ct count, xt matches and targets, socket, queue, link-layer headers,
+// meta time/cpu — is a compile error unless CompileOptions.Forks is set; then the
+// trace follows both outcomes, each branch labelled with what it assumes
+// (Branch.Assumptions) and its probability should that hold. The owner of the socket
+// a node's own packet comes from (meta skuid) always forks. Header
 // fields a Packet does not spell out take the values of an ordinary packet: TTL 64
 // (63 once forwarded), DSCP 0, SYN for a connection's first TCP segment and ACK
 // after, an ICMP echo request, no payload beyond ping's.
