@@ -316,13 +316,21 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 	}
 
 	// The init container, when there is one, is the only privileged part: it sets
-	// the conntrack sysctls with --init-only and exits.
+	// the conntrack sysctls with --init-only and exits. Without that it keeps
+	// NET_ADMIN only, to delete kube-proxy's tables.
 	for i, ic := range spec.InitContainers {
 		is := sec.Containers[i]
 		script := strings.Join(append(slices.Clone(ic.Command), ic.Args...), " ")
-		for _, want := range []string{"nft -f /etc/nftproxy/conntrack-probe.nft", "--config=/etc/nftproxy/config.yaml", "--init-only"} {
-			if !strings.Contains(script, want) {
-				t.Errorf("init container %s: command %q lacks %q", ic.Name, script, want)
+		want := []string{"nft -f /etc/nftproxy/conntrack-probe.nft", "--config=/etc/nftproxy/config.yaml", "--init-only"}
+		if !is.Privileged {
+			want = []string{takeoverCommand}
+			if is.Escalation || !slices.Equal(is.Drop, []v1.Capability{"ALL"}) || !slices.Equal(is.Add, []v1.Capability{"NET_ADMIN"}) || is.Seccomp != v1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("init container %s: not privileged, and not restricted to NET_ADMIN: %+v", ic.Name, is)
+			}
+		}
+		for _, w := range want {
+			if !strings.Contains(script, w) {
+				t.Errorf("init container %s: command %q lacks %q", ic.Name, script, w)
 			}
 		}
 		if !hasNodeName(ic) {
@@ -337,6 +345,10 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 	}
 }
 
+// takeoverCommand is the init container's line that deletes kube-proxy's nftables
+// tables: nftproxy's own --cleanup, aimed at kube-proxy's table name.
+const takeoverCommand = "/usr/local/bin/nftproxy --cleanup --table-name=kube-proxy"
+
 func hasNodeName(c v1.Container) bool {
 	return slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
 		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
@@ -347,8 +359,8 @@ func TestDaemonSetSecurity(t *testing.T) {
 	objs := decodeAll(t)
 	ds := objs["DaemonSet"].(*appsv1.DaemonSet)
 	checkDaemonSet(t, ds, objs["ServiceAccount"].(*v1.ServiceAccount), objs["ConfigMap"].(*v1.ConfigMap))
-	if n := len(ds.Spec.Template.Spec.InitContainers); n != 1 {
-		t.Errorf("%d init containers, want the conntrack-sysctls one", n)
+	if ics := ds.Spec.Template.Spec.InitContainers; len(ics) != 1 || !strings.Contains(strings.Join(ics[0].Command, " "), takeoverCommand) {
+		t.Errorf("init containers %v: want the conntrack-sysctls one, which also deletes kube-proxy's tables", ics)
 	}
 	// The image is set in kustomization.yaml only: the manifests name it bare.
 	for _, c := range append(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers...) {
@@ -536,15 +548,8 @@ func TestConfigMapLoadsWithTheDaemon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/nftproxy")
 	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build cmd/nftproxy: ", err)
-	}
+	bin := buildDaemon(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "nftproxy")
-	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/nftproxy: %v\n%s", err, out)
-	}
 	cm := decodeAll(t)["ConfigMap"].(*v1.ConfigMap)
 	if want := []string{"config.yaml", "conntrack-probe.nft", "kubeconfig.conf"}; !slices.Equal(keys(cm.Data), want) {
 		t.Fatalf("ConfigMap data keys %v, want %v", keys(cm.Data), want)
@@ -580,6 +585,86 @@ func TestConfigMapLoadsWithTheDaemon(t *testing.T) {
 	unknown := cm.Data["config.yaml"] + "tableNmae: x\n"
 	if out := run(unknown); !strings.Contains(out, "tableNmae") {
 		t.Fatalf("an unknown field was not reported:\n%s", out)
+	}
+}
+
+// buildDaemon builds cmd/nftproxy into a directory of the test's and returns its
+// path; it skips without the go command.
+func buildDaemon(t *testing.T) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build cmd/nftproxy: ", err)
+	}
+	bin := filepath.Join(t.TempDir(), "nftproxy")
+	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/nftproxy/nftproxy/cmd/nftproxy").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/nftproxy: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// kubeProxyTables is a ruleset as kube-proxy's nftables mode leaves it (a few of its
+// objects in each family), beside nftproxy's own table and a table of someone else's.
+const kubeProxyTables = `
+table ip kube-proxy {
+	comment "rules for kube-proxy"
+	set cluster-ips { type ipv4_addr; comment "Active ClusterIPs"; }
+	map service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }
+	chain nat-prerouting { type nat hook prerouting priority dstnat; policy accept; jump services; }
+	chain services { ip daddr . meta l4proto . th dport vmap @service-ips; }
+	chain filter-input { type filter hook input priority -110; policy accept; ct state new ip daddr @cluster-ips reject; }
+}
+table ip6 kube-proxy {
+	set cluster-ips { type ipv6_addr; }
+	chain nat-prerouting { type nat hook prerouting priority dstnat; policy accept; }
+}
+table ip nftproxy {
+	chain services { }
+}
+table inet filter {
+	chain input { type filter hook input priority 0; policy accept; }
+}
+`
+
+// TestTakeoverRemovesKubeProxyTables runs the init container's takeover line, with
+// the real binary, in a fresh network namespace holding kube-proxy's tables: they
+// go, and nothing else does; run again on a clean node it succeeds and changes
+// nothing.
+func TestTakeoverRemovesKubeProxyTables(t *testing.T) {
+	testenv.RequireRoot(t, "nft")
+	ds := decodeAll(t)["DaemonSet"].(*appsv1.DaemonSet)
+	var line string
+	for _, l := range strings.Split(strings.Join(ds.Spec.Template.Spec.InitContainers[0].Command, "\n"), "\n") {
+		if strings.Contains(l, "--cleanup") {
+			line = strings.TrimSpace(l)
+		}
+	}
+	if line != takeoverCommand {
+		t.Fatalf("init container's cleanup line %q, want %q", line, takeoverCommand)
+	}
+	bin := buildDaemon(t)
+	ns, err := lab.NewNS(fmt.Sprintf("%stakeover-%d", lab.NamePrefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if _, err := ns.Exec(t.Context(), kubeProxyTables, "nft", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Replace(line, "/usr/local/bin/nftproxy", bin, 1)
+	for range 2 {
+		if out, err := ns.Exec(t.Context(), "", "/bin/sh", "-c", cmd+" 2>&1"); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		out, err := ns.Exec(t.Context(), "", "nft", "list", "tables")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Split(strings.TrimSpace(out), "\n")
+		slices.Sort(got)
+		if want := []string{"table inet filter", "table ip nftproxy"}; !slices.Equal(got, want) {
+			t.Fatalf("tables after the takeover %q, want %q", got, want)
+		}
 	}
 }
 
@@ -685,8 +770,31 @@ func TestReadmeLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	anchors := map[string]map[string]bool{"": headingAnchors(readme), "../README.md": headingAnchors(top)}
+	links := regexp.MustCompile(`\]\(([^)#]*)(#[^)]*)?\)`).FindAllStringSubmatch(string(readme), -1)
+	if len(links) == 0 {
+		t.Fatal("no links found")
+	}
+	for _, l := range links {
+		file, anchor := l[1], strings.TrimPrefix(l[2], "#")
+		if strings.Contains(file, "://") {
+			continue
+		}
+		if file != "" {
+			if _, err := os.Stat(file); err != nil {
+				t.Errorf("link %s: %v", l[0], err)
+			}
+		}
+		if as, ok := anchors[file]; ok && anchor != "" && !as[anchor] {
+			t.Errorf("link %s: no heading #%s", l[0], anchor)
+		}
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives the Markdown headings of doc.
+func headingAnchors(doc []byte) map[string]bool {
 	anchors := map[string]bool{}
-	for _, line := range strings.Split(string(top), "\n") {
+	for _, line := range strings.Split(string(doc), "\n") {
 		if !strings.HasPrefix(line, "#") {
 			continue
 		}
@@ -702,22 +810,5 @@ func TestReadmeLinks(t *testing.T) {
 		}
 		anchors[b.String()] = true
 	}
-	links := regexp.MustCompile(`\]\(([^)#]*)(#[^)]*)?\)`).FindAllStringSubmatch(string(readme), -1)
-	if len(links) == 0 {
-		t.Fatal("no links found")
-	}
-	for _, l := range links {
-		file, anchor := l[1], strings.TrimPrefix(l[2], "#")
-		if strings.Contains(file, "://") {
-			continue
-		}
-		if file != "" {
-			if _, err := os.Stat(file); err != nil {
-				t.Errorf("link %s: %v", l[0], err)
-			}
-		}
-		if anchor != "" && file == "../README.md" && !anchors[anchor] {
-			t.Errorf("link %s: README.md has no heading #%s", l[0], anchor)
-		}
-	}
+	return anchors
 }

@@ -204,8 +204,23 @@ func TestHelmValues(t *testing.T) {
 	if !reflect.DeepEqual(spec.NodeSelector, map[string]string{"kubernetes.io/os": "linux", "nftproxy.io/proxy": "nftproxy"}) {
 		t.Errorf("nodeSelector %v", spec.NodeSelector)
 	}
-	if len(spec.InitContainers) != 0 {
-		t.Errorf("%d init containers with conntrackInit.enabled false", len(spec.InitContainers))
+	// Without the conntrack sysctls, the init container only takes the node over,
+	// with NET_ADMIN alone.
+	if len(spec.InitContainers) != 1 {
+		t.Fatalf("%d init containers with conntrackInit.enabled false, want the takeover one", len(spec.InitContainers))
+	}
+	ic, is := spec.InitContainers[0], securityOf(ds).Containers[0]
+	script := strings.Join(ic.Command, " ")
+	if is.Privileged || is.Escalation || !is.ReadOnlyRoot || !slices.Equal(is.Drop, []v1.Capability{"ALL"}) ||
+		!slices.Equal(is.Add, []v1.Capability{"NET_ADMIN"}) || is.Seccomp != v1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("takeover init container: %+v, want NET_ADMIN only", is)
+	}
+	if !strings.Contains(script, takeoverCommand) || strings.Contains(script, "--init-only") || strings.Contains(script, "conntrack-probe") {
+		t.Errorf("takeover init container: command %q, want only %q", script, takeoverCommand)
+	}
+	vals["cleanupKubeProxy"] = false
+	if ics := decodeChart(t, vals)["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec.InitContainers; len(ics) != 0 {
+		t.Errorf("%d init containers with conntrackInit.enabled and cleanupKubeProxy false", len(ics))
 	}
 	if !slices.Contains(c.Command, "--v=2") {
 		t.Errorf("command %v lacks the extra argument", c.Command)
