@@ -199,6 +199,9 @@ func (rp *ruleParser) parseForkStmt() (stmt, error) {
 			return nil, err
 		}
 		return rp.forkMatch(start, t)
+	case t.text == "meta" && rp.isWord(2, "set"):
+		// meta priority set, meta pkttype set: statements, not matches.
+		return nil, nil
 	case t.text == "meta" && rp.isWord(1, "random"):
 		return rp.parseRandom()
 	case t.text == "meta" && undecidableMeta[rp.peekAt(1).text] != "":
