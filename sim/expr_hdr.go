@@ -255,7 +255,8 @@ func (e *ipHdrField) eval(c *evalCtx, b []byte) ([]byte, bool) {
 // length is the packet's length from its network header: the IP header, the
 // transport header (a SYN with the options Linux sends, later TCP segments with
 // timestamps) and, for icmp echo, ping's 56 bytes of data; other ICMP messages are
-// their 8-byte header and fixed fields (timestamps, address mask), without payload.
+// their 8-byte header and fixed fields (timestamps, address mask, neighbor
+// discovery's addresses and timers), without options or payload.
 func (st *pktState) length() int {
 	n := 20
 	if st.fam == packet.IPv6 {
@@ -282,6 +283,12 @@ func (st *pktState) length() int {
 			return n + 20 // three timestamps
 		case st.proto == packet.ICMP && (t == 17 || t == 18):
 			return n + 12 // an address mask
+		case st.proto == packet.ICMPv6 && t == 134:
+			return n + 16 // router advertisement: hop limit, flags, lifetime, timers
+		case st.proto == packet.ICMPv6 && (t == 135 || t == 136):
+			return n + 24 // neighbor solicitation or advertisement: the target address
+		case st.proto == packet.ICMPv6 && t == 137:
+			return n + 40 // redirect: target and destination addresses
 		case st.proto == packet.ICMP && t != 0 && t != 8, st.proto == packet.ICMPv6 && t != 128 && t != 129:
 			return n + 8
 		}

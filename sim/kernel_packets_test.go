@@ -20,7 +20,7 @@ const kernelMatchRules = `table inet t {
 	chain input {
 		type filter hook input priority 0; policy accept;
 		meta nfproto ipv4 ip daddr != 127.0.0.2 accept
-		meta nfproto ipv6 icmpv6 type != echo-request accept
+		meta nfproto ipv6 icmpv6 type != { echo-request, nd-router-advert, nd-neighbor-solicit } accept
 		icmp type echo-request counter
 		icmp type echo-reply counter
 		icmp code net-unreachable counter
@@ -50,6 +50,10 @@ const kernelMatchRules = `table inet t {
 		ip length 60 counter
 		ip6 hoplimit 64 counter
 		ip6 length 64 counter
+		ip6 length 16 counter
+		ip6 length 24 counter
+		meta length 56 counter
+		meta length 64 counter
 		fib saddr . iif oif missing counter
 		fib saddr . mark . iif oif exists counter
 		meta skuid 0 counter
@@ -60,7 +64,8 @@ const kernelMatchRules = `table inet t {
 
 // kernelSend sends, from 127.0.0.1, an ICMP echo request (56 bytes of data, as ping)
 // and an ICMP timestamp request to 127.0.0.2, a TCP SYN to 127.0.0.2:9 (refused), an empty UDP datagram to
-// 127.0.0.2:9 and an ICMPv6 echo request to ::1.
+// 127.0.0.2:9 and an ICMPv6 echo request, router advertisement and neighbor
+// solicitation to ::1.
 const kernelSend = `
 import socket, struct
 def csum(b):
@@ -83,7 +88,10 @@ try:
 except OSError:
     pass
 socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"", ("127.0.0.2", 9))
-socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6).sendto(struct.pack("!BBHHH", 128, 0, 0, 0x1234, 1) + data, ("::1", 0))
+s6 = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+s6.sendto(struct.pack("!BBHHH", 128, 0, 0, 0x1234, 1) + data, ("::1", 0))
+s6.sendto(struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 1800, 0, 0), ("::1", 0))
+s6.sendto(struct.pack("!BBHI", 135, 0, 0, 0) + socket.inet_pton(socket.AF_INET6, "::1"), ("::1", 0))
 `
 
 var kernelPackets = []string{
@@ -92,6 +100,8 @@ var kernelPackets = []string{
 	"tcp 127.0.0.1:40000 -> 127.0.0.2:9",
 	"udp 127.0.0.1:40000 -> 127.0.0.2:9",
 	"icmpv6 ::1 -> ::1",
+	"icmpv6 ::1 -> ::1 type nd-router-advert",
+	"icmpv6 ::1 -> ::1 type nd-neighbor-solicit",
 }
 
 // TestKernelMatchesRealPackets sends real packets through kernelMatchRules in a fresh
