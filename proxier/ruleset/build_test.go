@@ -149,6 +149,13 @@ var goldens = []golden{
 		c.LocalMode = LocalInterfacePrefix
 		c.InterfacePrefix = "veth"
 	}, cluster: simpleCluster},
+	{name: "bridge-interface", families: ipv4, config: func(c *Config) {
+		// Pod traffic is what arrives on the pods' bridge: that exact name, not a
+		// prefix.
+		c.LocalMode = LocalBridgeInterface
+		c.BridgeInterface = "cbr0"
+		c.ClusterCIDRs = nil
+	}, cluster: simpleCluster},
 	{name: "node-cidr", families: dual, config: func(c *Config) {
 		c.LocalMode = LocalNodeCIDR
 		c.ClusterCIDRs = nil

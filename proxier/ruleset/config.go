@@ -32,6 +32,10 @@ const (
 	// pod CIDR of, as yet, has no detector: the ruleset follows the Node, so the
 	// next sync after the range is allocated detects with it.
 	LocalNodeCIDR LocalMode = "NodeCIDR"
+	// LocalBridgeInterface treats packets arriving on the interface named
+	// Config.BridgeInterface (the bridge the node's pods are attached to) as pod
+	// traffic.
+	LocalBridgeInterface LocalMode = "BridgeInterface"
 )
 
 // Config holds every knob of the ruleset, resolved: Options is how people write it
@@ -50,6 +54,9 @@ type Config struct {
 	// InterfacePrefix is the pod interface name prefix, used by LocalInterfacePrefix
 	// (detectLocal.interfaceNamePrefix).
 	InterfacePrefix string
+	// BridgeInterface is the name of the pods' bridge, used by LocalBridgeInterface
+	// (detectLocal.bridgeInterface).
+	BridgeInterface string
 	// MasqueradeAll masquerades all traffic to ClusterIPs (masqueradeAll).
 	MasqueradeAll bool
 	// MasqueradeBit is the mark bit that requests masquerading (masqueradeBit;
@@ -97,12 +104,14 @@ func (c *Config) Validate() error {
 			bad(fieldInterfaceNamePrefix, "required when detectLocalMode is InterfaceNamePrefix")
 		}
 	case LocalNodeCIDR:
-	case "BridgeInterface":
-		// kube-proxy's other detector: named apart so that a kube-proxy
-		// configuration is told what is missing rather than that it is wrong.
-		bad(fieldDetectLocalMode, "%q: not supported yet; want ClusterCIDR, NodeCIDR or InterfaceNamePrefix", c.LocalMode)
+	case LocalBridgeInterface:
+		if c.BridgeInterface == "" {
+			bad(fieldBridgeInterface, "required when detectLocalMode is BridgeInterface")
+		} else if err := checkInterfaceName(c.BridgeInterface); err != nil {
+			bad(fieldBridgeInterface, "%q: %v", c.BridgeInterface, err)
+		}
 	default:
-		bad(fieldDetectLocalMode, "%q: want ClusterCIDR, NodeCIDR or InterfaceNamePrefix", c.LocalMode)
+		bad(fieldDetectLocalMode, "%q: want ClusterCIDR, NodeCIDR, InterfaceNamePrefix or BridgeInterface", c.LocalMode)
 	}
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		bad(fieldMasqueradeBit, "%d: want 1..31", c.MasqueradeBit)
@@ -121,4 +130,23 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkInterfaceName checks that name can name a Linux network interface (at most
+// 15 bytes, no '/', ':' or blank, not "." or "..", as the kernel requires) and be
+// matched exactly by nft's iifname: printable ASCII without '*' (a trailing one is
+// nft's wildcard), '"' or '\\'.
+func checkInterfaceName(name string) error {
+	if len(name) > 15 {
+		return errors.New("longer than 15 bytes, the kernel's limit for interface names")
+	}
+	if name == "." || name == ".." {
+		return errors.New("not an interface name")
+	}
+	for _, r := range name {
+		if r <= ' ' || r > '~' || strings.ContainsRune("/:*\"\\", r) {
+			return fmt.Errorf("%q cannot be in an interface name here", r)
+		}
+	}
+	return nil
 }

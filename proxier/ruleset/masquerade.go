@@ -29,6 +29,8 @@ func (b *layout) podTraffic(not bool) (string, bool) {
 		return b.fam.ip + " saddr " + op + prefixMatch(cidrs), true
 	case LocalInterfacePrefix:
 		return "iifname " + op + strconv.Quote(b.cfg.InterfacePrefix+"*"), true
+	case LocalBridgeInterface:
+		return "iifname " + op + strconv.Quote(b.cfg.BridgeInterface), true
 	}
 	return "", false
 }

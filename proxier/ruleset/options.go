@@ -18,6 +18,7 @@ const (
 	fieldClusterCIDR         = "clusterCIDR"
 	fieldDetectLocalMode     = "detectLocalMode"
 	fieldInterfaceNamePrefix = "detectLocal.interfaceNamePrefix"
+	fieldBridgeInterface     = "detectLocal.bridgeInterface"
 	fieldNodePortAddresses   = "nodePortAddresses"
 	fieldMasqueradeAll       = "masqueradeAll"
 	fieldMasqueradeBit       = "masqueradeBit"
@@ -30,6 +31,7 @@ var fieldFlags = map[string]string{
 	fieldClusterCIDR:         "cluster-cidr",
 	fieldDetectLocalMode:     "detect-local-mode",
 	fieldInterfaceNamePrefix: "pod-interface-name-prefix",
+	fieldBridgeInterface:     "pod-bridge-interface",
 	fieldNodePortAddresses:   "nodeport-addresses",
 	fieldMasqueradeAll:       "masquerade-all",
 	fieldMasqueradeBit:       "iptables-masquerade-bit",
@@ -61,8 +63,8 @@ type Options struct {
 	// --detect-local-mode): ClusterCIDR (the default, as in kube-proxy), NodeCIDR
 	// (sources in the Node's spec.podCIDRs; as kube-proxy, a family the Node has no
 	// pod CIDR of has no detector, but where kube-proxy waits for the range at start
-	// and exits when it changes, nftproxy follows the Node) or InterfaceNamePrefix.
-	// kube-proxy's BridgeInterface is not supported yet.
+	// and exits when it changes, nftproxy follows the Node), InterfaceNamePrefix or
+	// BridgeInterface.
 	DetectLocalMode string `json:"detectLocalMode,omitempty"`
 	// DetectLocal holds the detectors' settings (kube-proxy's detectLocal).
 	DetectLocal DetectLocalOptions `json:"detectLocal,omitempty"`
@@ -98,6 +100,9 @@ type DetectLocalOptions struct {
 	// InterfaceNamePrefix is the pod interfaces' name prefix, for detectLocalMode
 	// InterfaceNamePrefix (--pod-interface-name-prefix).
 	InterfaceNamePrefix string `json:"interfaceNamePrefix,omitempty"`
+	// BridgeInterface is the name of the bridge the node's pods are attached to,
+	// for detectLocalMode BridgeInterface (kube-proxy's --pod-bridge-interface).
+	BridgeInterface string `json:"bridgeInterface,omitempty"`
 }
 
 // FieldError is an invalid field of a ruleset configuration, named as a
@@ -143,7 +148,9 @@ func DecodeStrict(data []byte, v any) error {
 	return errors.Join(strict...)
 }
 
-// AddFlags registers the flags of o's fields on fs, with kube-proxy's flag names.
+// AddFlags registers the flags of o's fields on fs, with kube-proxy's flag names;
+// all but DetectLocal.BridgeInterface, whose kube-proxy flag --pod-bridge-interface
+// the daemon still registers as one it accepts without applying.
 // The flags' defaults are o's current values, so that fs parsed over Options loaded
 // from a file changes only the fields whose flags are given.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
@@ -152,7 +159,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServiceCIDR, fieldFlags[fieldServiceCIDR], o.ServiceCIDR,
 		"comma-separated Service CIDRs, both families: traffic to unallocated ClusterIPs in them is dropped (unset: none is)")
 	fs.StringVar(&o.DetectLocalMode, fieldFlags[fieldDetectLocalMode], o.DetectLocalMode,
-		"how pod traffic is told apart: ClusterCIDR (default), NodeCIDR (the Node's spec.podCIDRs) or InterfaceNamePrefix")
+		"how pod traffic is told apart: ClusterCIDR (default), NodeCIDR (the Node's spec.podCIDRs), InterfaceNamePrefix or BridgeInterface (its interface from the configuration file's detectLocal.bridgeInterface)")
 	fs.StringVar(&o.DetectLocal.InterfaceNamePrefix, fieldFlags[fieldInterfaceNamePrefix], o.DetectLocal.InterfaceNamePrefix,
 		"pod interface name prefix, for --detect-local-mode InterfaceNamePrefix")
 	fs.Var((*listFlag)(&o.NodePortAddresses), fieldFlags[fieldNodePortAddresses],
@@ -213,7 +220,8 @@ func splitList(s string) []string {
 func (o Options) Config() (Config, []string, error) {
 	var errs []error
 	var err error
-	c := Config{Table: o.TableName, MasqueradeAll: o.MasqueradeAll, InterfacePrefix: o.DetectLocal.InterfaceNamePrefix}
+	c := Config{Table: o.TableName, MasqueradeAll: o.MasqueradeAll,
+		InterfacePrefix: o.DetectLocal.InterfaceNamePrefix, BridgeInterface: o.DetectLocal.BridgeInterface}
 	cidrs := func(field string, ss []string) []netip.Prefix {
 		ps, err := parsePrefixes(ss)
 		if err != nil {

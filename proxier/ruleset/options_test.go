@@ -122,6 +122,24 @@ func TestOptionsFlagsOverFile(t *testing.T) {
 	}
 }
 
+// TestOptionsBridgeInterface: detectLocal.bridgeInterface is read from the file,
+// and kept whatever the mode, as kube-proxy keeps it.
+func TestOptionsBridgeInterface(t *testing.T) {
+	for doc, mode := range map[string]LocalMode{
+		"detectLocalMode: BridgeInterface\ndetectLocal: {bridgeInterface: cbr0}\n":                     LocalBridgeInterface,
+		"detectLocalMode: NodeCIDR\ndetectLocal: {bridgeInterface: cbr0, interfaceNamePrefix: veth}\n": LocalNodeCIDR,
+	} {
+		o, err := DecodeOptions([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		c, _ := mustConfig(t, o)
+		if c.LocalMode != mode || c.BridgeInterface != "cbr0" {
+			t.Errorf("%q: mode %q, bridge %q; want %q, cbr0", doc, c.LocalMode, c.BridgeInterface, mode)
+		}
+	}
+}
+
 // TestOptionsNodePortKeywords: nodePortAddresses takes kube-proxy's keywords primary
 // and all, alone or with CIDRs, in the file and as flags.
 func TestOptionsNodePortKeywords(t *testing.T) {
@@ -187,6 +205,7 @@ func TestOptionsDefaults(t *testing.T) {
 		{"blank clusterCIDR", "clusterCIDR: ' , '\nserviceCIDR: 172.30.0.0/16\n", LocalNone, []string{"clusterCIDR"}},
 		{"no serviceCIDR", "clusterCIDR: 10.0.0.0/8\n", LocalClusterCIDR, []string{"serviceCIDR"}},
 		{"both", "clusterCIDR: 10.0.0.0/8\nserviceCIDR: 172.30.0.0/16\n", LocalClusterCIDR, nil},
+		{"BridgeInterface needs no clusterCIDR", "detectLocalMode: BridgeInterface\ndetectLocal: {bridgeInterface: cbr0}\nserviceCIDR: 172.30.0.0/16\n", LocalBridgeInterface, nil},
 		{"NodeCIDR needs no clusterCIDR", "detectLocalMode: NodeCIDR\nserviceCIDR: 172.30.0.0/16\n", LocalNodeCIDR, nil},
 		{"interface prefix needs no clusterCIDR", "detectLocalMode: InterfaceNamePrefix\ndetectLocal: {interfaceNamePrefix: cali}\nserviceCIDR: 172.30.0.0/16\n", LocalInterfacePrefix, nil},
 	}
@@ -227,6 +246,7 @@ func TestOptionsStrictDecoding(t *testing.T) {
 		{"ClusterCIDR: 10.0.0.0/8\n", `unknown field "ClusterCIDR"`},
 		{"detectlocalmode: ClusterCIDR\n", `unknown field "detectlocalmode"`},
 		{"detectLocal: {InterfaceNamePrefix: cali}\n", `unknown field "detectLocal.InterfaceNamePrefix"`},
+		{"detectLocal: {bridgeinterface: cbr0}\n", `unknown field "detectLocal.bridgeinterface"`},
 		{`{"masqueradeall": true}`, `unknown field "masqueradeall"`},
 		{"podInterfaceNamePrefix: cali\n", `unknown field "podInterfaceNamePrefix"`},
 		{"tableName: a\ntableName: b\n", `"tableName"`},
@@ -252,10 +272,13 @@ func TestOptionsErrorsNameTheField(t *testing.T) {
 		{"nodePortAddresses: [primry]\n", []string{`nodePortAddresses (--nodeport-addresses): invalid CIDR "primry": want CIDRs and the keywords primary, all`}},
 		{"nodePortAddresses: [primary, 10.0.0.0/8, primary]\n", []string{`nodePortAddresses (--nodeport-addresses): keyword "primary" given twice`}},
 		{"nodePortAddresses: [localhost]\n", []string{`nodePortAddresses (--nodeport-addresses): keyword "localhost": not supported`}},
-		{"detectLocalMode: Foo\n", []string{`detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR, NodeCIDR or InterfaceNamePrefix`}},
+		{"detectLocalMode: Foo\n", []string{`detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR, NodeCIDR, InterfaceNamePrefix or BridgeInterface`}},
 		{"detectLocalMode: clustercidr\n", []string{`detectLocalMode (--detect-local-mode): "clustercidr": want`}},
 		{"detectLocalMode: nodecidr\n", []string{`detectLocalMode (--detect-local-mode): "nodecidr": want`}},
-		{"detectLocalMode: BridgeInterface\n", []string{`"BridgeInterface": not supported yet`}},
+		{"detectLocalMode: BridgeInterface\n", []string{"detectLocal.bridgeInterface (--pod-bridge-interface): required when detectLocalMode is BridgeInterface"}},
+		{"detectLocalMode: BridgeInterface\ndetectLocal: {bridgeInterface: 'cbr*'}\n", []string{`detectLocal.bridgeInterface (--pod-bridge-interface): "cbr*": '*' cannot be in an interface name here`}},
+		{"detectLocalMode: BridgeInterface\ndetectLocal: {bridgeInterface: a-bridge-of-16-ch}\n", []string{`detectLocal.bridgeInterface (--pod-bridge-interface): "a-bridge-of-16-ch": longer than 15 bytes`}},
+		{"detectLocalMode: bridgeinterface\ndetectLocal: {bridgeInterface: cbr0}\n", []string{`detectLocalMode (--detect-local-mode): "bridgeinterface": want ClusterCIDR, NodeCIDR, InterfaceNamePrefix or BridgeInterface`}},
 		{"detectLocalMode: InterfaceNamePrefix\n", []string{"detectLocal.interfaceNamePrefix (--pod-interface-name-prefix): required when detectLocalMode is InterfaceNamePrefix"}},
 		{"masqueradeBit: 0\n", []string{"masqueradeBit (--iptables-masquerade-bit): 0: want 1..31"}},
 		{"masqueradeBit: 32\n", []string{"masqueradeBit (--iptables-masquerade-bit): 32"}},
@@ -295,6 +318,8 @@ func TestConfigValidateNamesOptionsFields(t *testing.T) {
 	}{
 		{Config{LocalMode: LocalClusterCIDR}, "clusterCIDR (--cluster-cidr): required"},
 		{Config{LocalMode: LocalInterfacePrefix}, "detectLocal.interfaceNamePrefix (--pod-interface-name-prefix): required"},
+		{Config{LocalMode: LocalBridgeInterface}, "detectLocal.bridgeInterface (--pod-bridge-interface): required"},
+		{Config{LocalMode: LocalBridgeInterface, BridgeInterface: "br 0"}, `detectLocal.bridgeInterface (--pod-bridge-interface): "br 0": ' ' cannot be`},
 		{Config{MasqueradeBit: 40}, "masqueradeBit (--iptables-masquerade-bit): 40"},
 		{Config{ServiceCIDRs: []netip.Prefix{{}}}, "serviceCIDR (--service-cidr): invalid prefix"},
 	} {
