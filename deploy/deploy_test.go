@@ -577,6 +577,11 @@ func TestConfigMapLoadsWithTheDaemon(t *testing.T) {
 	if strings.Contains(out, "nftproxy: ") || !strings.Contains(out, "API server configuration") {
 		t.Fatalf("the ConfigMap's configuration did not load and validate:\n%s", out)
 	}
+	// The Helm chart's, from values.yaml's config.
+	helmCM := decodeChart(t, kustomizeValues(t))["ConfigMap"].(*v1.ConfigMap)
+	if out := run(helmCM.Data["config.yaml"]); strings.Contains(out, "nftproxy: ") || !strings.Contains(out, "API server configuration") {
+		t.Fatalf("the Helm chart's configuration did not load and validate:\n%s", out)
+	}
 	// The same check fails a broken file, so the one above means something.
 	bad := strings.Replace(cm.Data["config.yaml"], "serviceCIDR: 10.96.0.0/12", "serviceCIDR: 10.96.0.0/99", 1)
 	if out := run(bad); !strings.Contains(out, "invalid configuration") || !strings.Contains(out, "serviceCIDR") {

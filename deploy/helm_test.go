@@ -28,6 +28,14 @@ func renderChart(vals map[string]any) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// As helm install does: values.schema.json checks the merged values.
+	merged, err := chartutil.CoalesceValues(ch, vals)
+	if err != nil {
+		return nil, err
+	}
+	if err := chartutil.ValidateAgainstSchema(ch, merged); err != nil {
+		return nil, err
+	}
 	rv, err := chartutil.ToRenderValues(ch, vals,
 		chartutil.ReleaseOptions{Name: "nftproxy", Namespace: "kube-system", Revision: 1, IsInstall: true},
 		chartutil.DefaultCapabilities)
@@ -149,8 +157,10 @@ func TestHelmRequiredValues(t *testing.T) {
 		edit       func(map[string]any)
 	}{
 		{"no apiServer", "apiServer is required", func(v map[string]any) { delete(v, "apiServer") }},
-		{"apiServer not https", "want https://HOST:PORT", func(v map[string]any) { v["apiServer"] = "10.0.0.1:6443" }},
+		{"apiServer not https", "/apiServer", func(v map[string]any) { v["apiServer"] = "10.0.0.1:6443" }},
 		{"no image", "image.repository is required", func(v map[string]any) { delete(v, "image") }},
+		{"misspelt value", "apiserver", func(v map[string]any) { v["apiserver"] = v["apiServer"] }},
+		{"apiServer with a path", "/apiServer", func(v map[string]any) { v["apiServer"] = "https://10.0.0.1:6443/x" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := kustomizeValues(t)
