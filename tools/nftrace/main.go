@@ -4,6 +4,8 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +40,7 @@ type options struct {
 	live         bool
 	local        string
 	jsonOut      bool
+	output       string
 	color        string
 	printRuleset bool
 	sequence     bool
@@ -63,18 +66,46 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.rulesetFile, "ruleset", "", "trace through a ruleset file ('nft list ruleset' output or nft -f syntax); - reads stdin")
 	fs.BoolVar(&o.live, "live", false, "trace through the live ruleset of this network namespace (runs 'nft list ruleset')")
 	fs.StringVar(&o.local, "local", "", "the node's own addresses, comma separated, for the routing decision (default: the Node's addresses with --cluster, this namespace's with --live)")
-	fs.BoolVar(&o.jsonOut, "json", false, "print one JSON object per packet")
+	fs.StringVar(&o.output, "o", "text", "output: text (the path, hop by hop), summary (one line per packet), json (JSON Lines, one object per packet) or dot (the path as a Graphviz graph)")
+	fs.BoolVar(&o.jsonOut, "json", false, "the same as -o json")
 	fs.StringVar(&o.color, "color", "auto", "highlight the deciding rules: auto, always or never")
 	fs.BoolVar(&o.printRuleset, "print-ruleset", false, "print the ruleset built for the cluster (nft -f syntax) and exit")
 	fs.BoolVar(&o.sequence, "sequence", false, "trace the packets in order on one node, sharing conntrack entries and set elements (affinity); 'advance 10s' between packets lets time pass")
 	fs.Uint64Var(&o.seed, "seed", 1, "with --sequence, the seed of the random choice of the branch each packet commits (numgen random)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: nftrace (--cluster FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
-		fmt.Fprintf(fs.Output(), "PACKET is e.g. 'tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0' or 'udp [fd00::5]:53000 -> [fd00::10]:53'.\n\n")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { usage(fs) }
 	o.rs.AddFlags(fs)
 	return fs
+}
+
+// argNames name the argument of the flags that take one, in the usage text.
+var argNames = map[string]string{
+	"cluster": "FILE", "config": "FILE", "ruleset": "FILE", "node": "NAME", "local": "ADDR,...",
+	"color": "WHEN", "o": "FORMAT", "seed": "N", "cluster-cidr": "CIDR,...", "service-cidr": "CIDR,...",
+	"detect-local-mode": "MODE", "pod-interface-name-prefix": "PREFIX", "nodeport-addresses": "CIDR,...",
+	"iptables-masquerade-bit": "BIT", "table-name": "NAME",
+}
+
+// usage prints the usage text: every flag with its argument, if it takes one, and
+// its default, if it has one.
+func usage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintf(w, "usage: nftrace (--cluster FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
+	fmt.Fprintf(w, "PACKET is e.g. 'tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0' or 'udp [fd00::5]:53000 -> [fd00::10]:53';\n")
+	fmt.Fprintf(w, "with --sequence, 'advance 10s' lets time pass between packets.\n\nflags:\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "--" + f.Name
+		if len(f.Name) == 1 {
+			name = "-" + f.Name
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			name += " " + cmp.Or(argNames[f.Name], "VALUE")
+		}
+		fmt.Fprintf(w, "  %s\n      %s", name, f.Usage)
+		if f.DefValue != "" && f.DefValue != "false" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
@@ -95,6 +126,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
 			return nil, nil, err
 		}
 	}
+	if o.jsonOut {
+		if o.output != "text" && o.output != "json" {
+			return nil, nil, fmt.Errorf("--json and -o %s: give one", o.output)
+		}
+		o.output = "json"
+	}
+	if !slices.Contains([]string{"text", "summary", "json", "dot"}, o.output) {
+		return nil, nil, fmt.Errorf("-o %s: want text, summary, json or dot", o.output)
+	}
 	cfg, warnings, err := o.rs.Config()
 	if err != nil {
 		return nil, nil, fmt.Errorf("config: %w", err)
@@ -103,8 +143,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
 	return o, fs.Args(), nil
 }
 
+// run runs nftrace. --help prints the usage on stdout and is no error.
 func run(args []string, stdout, stderr io.Writer) error {
-	o, pkts, err := parseFlags(args, stderr)
+	var flagOut bytes.Buffer
+	o, pkts, err := parseFlags(args, &flagOut)
+	if errors.Is(err, flag.ErrHelp) {
+		_, err := stdout.Write(flagOut.Bytes())
+		return err
+	}
+	stderr.Write(flagOut.Bytes())
 	if err != nil {
 		return err
 	}

@@ -160,7 +160,6 @@ var deciding = regexp.MustCompile(`-> (dnat|snat|masquerade|drop|reject|accept)\
 // elements the earlier ones left, on a clock that "advance" moves.
 func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout io.Writer) error {
 	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	color := o.color == "always" || (o.color == "auto" && isTerminal(stdout))
 	var rt *sim.Runtime
@@ -171,17 +170,21 @@ func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout i
 		env.Clock, env.Seed = clock, o.seed
 		rt = sim.NewRuntime(prog, env)
 	}
+	var graph dotGraph
 	printed := false
 	for _, e := range entries {
 		if e.advance > 0 {
 			clock.Advance(e.advance)
 			elapsed += e.advance
-			if !o.jsonOut {
+			switch o.output {
+			case "text":
 				if printed {
 					fmt.Fprintln(stdout)
 				}
 				fmt.Fprintf(stdout, "advance %s: the clock reads +%s\n", e.advance, elapsed)
 				printed = true
+			case "summary":
+				fmt.Fprintf(stdout, "advance %s\n", e.advance)
 			}
 			continue
 		}
@@ -199,18 +202,26 @@ func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout i
 		if rt != nil {
 			r.Time = elapsed.String()
 		}
-		if o.jsonOut {
+		switch o.output {
+		case "json":
 			if err := enc.Encode(r); err != nil {
 				return err
 			}
-			continue
+		case "summary":
+			fmt.Fprintf(stdout, "%s %s\n", r.Packet, summary(r))
+		case "dot":
+			graph.add(tr, r.Time)
+		default:
+			if printed {
+				fmt.Fprintln(stdout)
+			}
+			printed = true
+			fmt.Fprint(stdout, render(tr, color))
+			fmt.Fprintln(stdout, summary(r))
 		}
-		if printed {
-			fmt.Fprintln(stdout)
-		}
-		printed = true
-		fmt.Fprint(stdout, render(tr, color))
-		fmt.Fprintln(stdout, summary(r))
+	}
+	if o.output == "dot" {
+		return graph.write(stdout)
 	}
 	return nil
 }
