@@ -291,25 +291,32 @@ func (e *fibExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 	return appendIfname(b, c.fibOIf(e, a)), true
 }
 
-// fibOIf is the interface a fib lookup of a finds, "" for none (fib ... oif missing).
+// fibOIf is the interface a fib lookup of a finds, "" for none (fib ... oif
+// missing), as nft_fib4/6 answer: a packet that came in on lo, in prerouting or
+// input, gets lo itself; a lookup that ends at a node address (a local route)
+// finds nothing; otherwise the route's interface, which with ". iif" (". oif")
+// must be the packet's input (output) interface.
 func (c *evalCtx) fibOIf(e *fibExpr, a netip.Addr) string {
 	st := c.st
-	iif := strings.Contains(e.extra, "iif")
-	if st.iif == "lo" || (st.iif == "" && st.local) {
-		// The kernel answers loopback traffic with the input interface itself.
-		if st.iif != "" {
-			return st.iif
-		}
+	if st.iif == "lo" && (c.hook == HookPrerouting || c.hook == HookInput) {
 		return "lo"
 	}
-	if c.rt.local.has(a) && e.addr == "daddr" {
-		return "lo"
+	if c.rt.local.has(a) {
+		c.note("fib: " + a.String() + " is a node address (a local route): no interface")
+		return ""
+	}
+	want := ""
+	switch {
+	case strings.Contains(e.extra, "iif"):
+		want = st.iif
+	case strings.Contains(e.extra, "oif"):
+		want = st.oif
 	}
 	if len(c.rt.env.Routes) == 0 {
-		// Without routes every address is taken to be reachable, through the input
-		// interface when the lookup is bound to it.
-		dev := st.iif
-		if !iif || dev == "" {
+		// Without routes every address is taken to be reachable, through the
+		// interface the lookup is bound to when it is.
+		dev := want
+		if dev == "" {
 			dev = st.oif
 		}
 		if dev == "" {
@@ -323,8 +330,8 @@ func (c *evalCtx) fibOIf(e *fibExpr, a netip.Addr) string {
 		c.note("fib: no route to " + a.String())
 		return ""
 	}
-	if iif && e.addr == "saddr" && r.Dev != st.iif {
-		c.note("fib: the route to " + a.String() + " leaves by " + r.Dev + ", not by " + st.iif)
+	if want != "" && r.Dev != want {
+		c.note("fib: the route to " + a.String() + " leaves by " + r.Dev + ", not by " + want)
 		return ""
 	}
 	return r.Dev

@@ -100,6 +100,11 @@ func TestHeaderMatches(t *testing.T) {
 		{"fib saddr . iif oif exists", syn, true},
 		{"fib saddr . mark . iif oif missing", viaLo, false},
 		{"fib daddr oif missing", syn, false},
+		{"fib daddr oif missing", "tcp 10.0.0.5:1 -> 192.168.0.2:22 iif eth0", true}, // a local route
+		{"fib daddr . iif oif exists", "tcp 10.0.0.5:1 -> 10.1.0.7:80 iif eth0", false},
+		{"fib daddr . iif oif exists", "tcp 10.1.0.5:1 -> 10.1.0.7:80 iif cni0", true},
+		{"fib saddr oif missing", "tcp 192.168.0.2:1 -> 1.1.1.1:2 iif eth0", true}, // claims a node address
+		{"fib saddr . iif oif missing", "tcp 10.1.0.5:1 -> 1.1.1.1:2 iif eth0", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.rule+"/"+tt.pkt, func(t *testing.T) {

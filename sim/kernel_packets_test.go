@@ -229,6 +229,10 @@ const kernelForwardRules = `table ip t {
 		fib saddr . mark . iif oif exists counter
 		fib daddr type local counter
 		fib daddr . iif type local counter
+		fib daddr oif missing counter
+		fib daddr oif exists counter
+		fib daddr . iif oif exists counter
+		fib saddr oif exists counter
 		ip ttl 64 counter
 		meta iiftype ether counter
 		meta pkttype host counter
