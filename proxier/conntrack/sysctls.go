@@ -50,12 +50,21 @@ type SysctlFiles struct {
 }
 
 // KernelSysctlFiles returns the kernel's files, Global when the calling thread is
-// in the network namespace of the machine's first process.
+// in the machine's first network namespace: the kernel makes nf_conntrack_max
+// read-only in every other one, and the thread shares its namespace with the
+// process 1 it sees (in a container, the container's own first process).
 func KernelSysctlFiles() SysctlFiles {
+	const dir = "/proc/sys/net/netfilter"
 	return SysctlFiles{
-		Dir: "/proc/sys/net/netfilter", Hashsize: "/sys/module/nf_conntrack/parameters/hashsize",
-		Global: sameFile("/proc/thread-self/ns/net", "/proc/1/ns/net"),
+		Dir: dir, Hashsize: "/sys/module/nf_conntrack/parameters/hashsize",
+		Global: sameFile("/proc/thread-self/ns/net", "/proc/1/ns/net") && writable(filepath.Join(dir, "nf_conntrack_max")),
 	}
+}
+
+// writable reports whether the file at path has a write permission bit.
+func writable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().Perm()&0o222 != 0
 }
 
 // sameFile reports whether a and b are the same file (both readable).
