@@ -560,12 +560,20 @@ func TestConfigMapLoadsWithTheDaemon(t *testing.T) {
 		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		// The conntrack flags (they win over the file) keep the machine's sysctls
-		// as they are: this runs in the test's own network namespace.
-		cmd := exec.Command(bin, "--config="+path, "--hostname-override=node-a",
-			"--kubeconfig="+filepath.Join(dir, "missing-kubeconfig"),
+		// The daemon stops at the missing kubeconfig, before it touches nftables;
+		// the conntrack flags (they win over the file) keep it off the sysctls it
+		// sets before that, and as root it runs in a network namespace of its own
+		// all the same.
+		args := []string{bin, "--config=" + path, "--hostname-override=node-a",
+			"--kubeconfig=" + filepath.Join(dir, "missing-kubeconfig"),
 			"--conntrack-max-per-core=0", "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
-			"--conntrack-udp-timeout=0", "--conntrack-udp-timeout-stream=0")
+			"--conntrack-udp-timeout=0", "--conntrack-udp-timeout-stream=0"}
+		if os.Geteuid() == 0 {
+			if unshare, err := exec.LookPath("unshare"); err == nil {
+				args = append([]string{unshare, "--net"}, args...)
+			}
+		}
+		cmd := exec.Command(args[0], args[1:]...)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			t.Fatalf("nftproxy ran with a missing kubeconfig:\n%s", out)
