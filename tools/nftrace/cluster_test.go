@@ -356,3 +356,14 @@ func TestNodelessFile(t *testing.T) {
 		t.Errorf("NodePort on --local's address: endpoints %v, want both", res[0].Endpoints)
 	}
 }
+
+// TestNodelessFileBadLocal: --local is checked before it makes the Node of a file
+// without Nodes.
+func TestNodelessFileBadLocal(t *testing.T) {
+	file := writeCluster(t, serviceDocs("web", "172.30.0.10", "Cluster", "TCP")...)
+	var out, errb bytes.Buffer
+	err := run([]string{"--cluster", file, "--local", "192.168.0.10,1.2.3", "tcp 10.0.0.1:1 -> 10.0.0.2:2"}, &out, &errb)
+	if err == nil || err.Error() != `--local: invalid address "1.2.3"` {
+		t.Errorf("error %v, want --local naming 1.2.3", err)
+	}
+}

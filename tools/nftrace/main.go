@@ -174,15 +174,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if !o.printRuleset && !slices.ContainsFunc(entries, func(e entry) bool { return e.advance == 0 }) {
 		return errors.New("no packet to trace: give one or more PACKET arguments")
 	}
+	// --local is checked first: for a cluster file without Nodes it makes the Node.
+	given, err := parseAddrs(o.local)
+	if err != nil {
+		return fmt.Errorf("--local: %w", err)
+	}
 	prog, local, err := load(o, stdout, stderr)
 	if err != nil || prog == nil {
 		return err
 	}
 	if o.local != "" {
-		local, err = parseAddrs(o.local)
-		if err != nil {
-			return fmt.Errorf("--local: %w", err)
-		}
+		local = given
 	}
 	env := sim.Env{LocalAddrs: local}
 	return trace(prog, env, entries, o, stdout)
