@@ -236,9 +236,20 @@ func (rp *ruleParser) forkMatch(start int, kw token) (stmt, error) {
 			}
 		}
 	case tWord, tString:
-		for rp.peek().kind == tComma {
-			rp.next()
-			rp.next()
+		for {
+			n := rp.peek()
+			switch {
+			case n.kind == tComma:
+				rp.next()
+				rp.next()
+				continue
+			case n.kind == tWord && n.text == "-" && v.kind == tString:
+				// A range of strings: meta hour "17:00"-"19:00".
+				rp.next()
+				rp.next()
+				continue
+			}
+			break
 		}
 	default:
 		return nil, errAt(v, "%s: expected a value, found %s", kw.text, v.show())

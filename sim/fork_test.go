@@ -46,6 +46,8 @@ func TestForks(t *testing.T) {
 		{"meta cpu 1", "meta cpu 1 holds", "meta cpu 1 does not hold"},
 		{`meta time "2022-01-01 00:00:00"`, `meta time "2022-01-01 00:00:00" holds`, `meta time "2022-01-01 00:00:00" does not hold`},
 		{"meta day { Monday, Tuesday }", "meta day { Monday, Tuesday } holds", "meta day { Monday, Tuesday } does not hold"},
+		{`meta hour "17:00"-"19:00"`, `meta hour "17:00"-"19:00" holds`, `meta hour "17:00"-"19:00" does not hold`},
+		{`meta day { "Monday", "Friday" }`, `meta day { "Monday", "Friday" } holds`, `meta day { "Monday", "Friday" } does not hold`},
 		{"meta random & 5 == 1", "meta random & 5 == 1 holds", "meta random & 5 == 1 does not hold"},
 		{"meta random & 3 == 1", "", ""}, // a known probability: no assumption
 	}
