@@ -147,6 +147,20 @@ func TestTrackerTakeChanged(t *testing.T) {
 		},
 		{"resync of the Node", func() { mustNil(t, tr.UpdateNode(testNode())) }, nil, nil},
 		{
+			"the Node's pod CIDR allocated marks every Service (the NodeCIDR detector reads it)",
+			func() {
+				mustNil(t, tr.UpdateNode(testNode(func(n *v1.Node) { n.Spec.PodCIDRs = []string{"10.1.0.0/24"} })))
+			},
+			[]string{"default/api", "default/web"},
+			func(st *ClusterState) error {
+				if len(st.Node.PodCIDRs) != 1 || st.Node.PodCIDRs[0].String() != "10.1.0.0/24" {
+					return fmt.Errorf("node pod CIDRs %v, want [10.1.0.0/24]", st.Node.PodCIDRs)
+				}
+				return nil
+			},
+		},
+		{"the Node as it was", func() { mustNil(t, tr.UpdateNode(testNode())) }, []string{"default/api", "default/web"}, nil},
+		{
 			"delete a Service, keeping its slices",
 			func() { tr.DeleteService(named("web")) },
 			[]string{"default/web"},
