@@ -519,6 +519,7 @@ func TestRBACCoversExactlyTheInformers(t *testing.T) {
 		"/services":                       {"list", "watch"},
 		"discovery.k8s.io/endpointslices": {"list", "watch"},
 		"/nodes":                          {"get", "list", "watch"},
+		"networking.k8s.io/servicecidrs":  {"list", "watch"},
 		"/events":                         {"create", "patch"},
 		"events.k8s.io/events":            {"create", "patch"},
 	}
