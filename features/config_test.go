@@ -77,9 +77,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"clusterCIDRs: [10.0.0.0/8]":           `test.yaml:6: config: unknown field "clusterCIDRs"`,
 		"ClusterCIDR: 10.0.0.0/8":              `unknown field "ClusterCIDR"`,
 		"podInterfaceNamePrefix: cali":         `unknown field "podInterfaceNamePrefix"`,
-		"detectLocalMode: Foo":                 `test.yaml:6: config: detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR or InterfaceNamePrefix`,
+		"detectLocalMode: Foo":                 `test.yaml:6: config: detectLocalMode (--detect-local-mode): "Foo": want ClusterCIDR, NodeCIDR, InterfaceNamePrefix or BridgeInterface`,
 		"clusterCIDR: 10.0.0.0/33":             `clusterCIDR (--cluster-cidr): invalid CIDR "10.0.0.0/33"`,
-		"detectLocalMode: NodeCIDR":            "not supported yet",
+		"detectLocalMode: BridgeInterface":     "detectLocal.bridgeInterface (--pod-bridge-interface): required",
 		"detectLocalMode: InterfaceNamePrefix": "detectLocal.interfaceNamePrefix (--pod-interface-name-prefix): required",
 	} {
 		_, err := Parse([]byte(scenarioWith(config)), "test.yaml")

@@ -58,6 +58,7 @@ func fromKubeProxy(data []byte, cfg *Configuration) error {
 	cfg.ClusterCIDR = kp.ClusterCIDR
 	cfg.DetectLocalMode = string(kp.DetectLocalMode)
 	cfg.DetectLocal.InterfaceNamePrefix = kp.DetectLocal.InterfaceNamePrefix
+	cfg.DetectLocal.BridgeInterface = kp.DetectLocal.BridgeInterface
 	cfg.NodePortAddresses = kp.NodePortAddresses
 	// The mode's own section holds masquerading and the periods: nftables, or
 	// iptables when the mode is empty, as that is the mode kube-proxy ran in.

@@ -113,7 +113,8 @@ func TestKubeProxyConfigurationErrorsNameTheField(t *testing.T) {
 		{"a wrongly-cased field", "clusterCIDR: 10.244.0.0/16", "clusterCidr: 10.244.0.0/16", `"clusterCidr"`},
 		{"a bad CIDR", "clusterCIDR: 10.244.0.0/16", "clusterCIDR: 10.244.0.0/33", "clusterCIDR (--cluster-cidr)"},
 		{"a bad healthz address", `healthzBindAddress: ""`, "healthzBindAddress: localhost", "healthzBindAddress (--healthz-bind-address)"},
-		{"an unsupported detector", `detectLocalMode: ""`, "detectLocalMode: NodeCIDR", "detectLocalMode (--detect-local-mode)"},
+		{"an unknown detector", `detectLocalMode: ""`, "detectLocalMode: NodeCidr", "detectLocalMode (--detect-local-mode)"},
+		{"a detector without its setting", `detectLocalMode: ""`, "detectLocalMode: BridgeInterface", "detectLocal.bridgeInterface (--pod-bridge-interface): required"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := loadConfig([]string{"--hostname-override=n", "--config", writeConfig(t, withField(t, c.old, c.repl))})

@@ -32,7 +32,6 @@ var kubeProxyOnly = []struct {
 	{"ipvs-tcp-timeout", "it applies to kube-proxy's ipvs mode", false},
 	{"ipvs-tcpfin-timeout", "it applies to kube-proxy's ipvs mode", false},
 	{"ipvs-udp-timeout", "it applies to kube-proxy's ipvs mode", false},
-	{"pod-bridge-interface", "detectLocalMode BridgeInterface is not supported", false},
 	{"oom-score-adj", "set the Pod's resources or the container runtime's OOM score instead", false},
 	{"config-sync-period", "nftproxy's informers do not resync; its own periodic full sync is --sync-period", false},
 	{"vmodule", "nftproxy logs through log/slog; -v sets the level", false},

@@ -148,9 +148,7 @@ func DecodeStrict(data []byte, v any) error {
 	return errors.Join(strict...)
 }
 
-// AddFlags registers the flags of o's fields on fs, with kube-proxy's flag names;
-// all but DetectLocal.BridgeInterface, whose kube-proxy flag --pod-bridge-interface
-// the daemon still registers as one it accepts without applying.
+// AddFlags registers the flags of o's fields on fs, with kube-proxy's flag names.
 // The flags' defaults are o's current values, so that fs parsed over Options loaded
 // from a file changes only the fields whose flags are given.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
@@ -159,9 +157,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ServiceCIDR, fieldFlags[fieldServiceCIDR], o.ServiceCIDR,
 		"comma-separated Service CIDRs, both families: traffic to unallocated ClusterIPs in them is dropped (unset: none is)")
 	fs.StringVar(&o.DetectLocalMode, fieldFlags[fieldDetectLocalMode], o.DetectLocalMode,
-		"how pod traffic is told apart: ClusterCIDR (default), NodeCIDR (the Node's spec.podCIDRs), InterfaceNamePrefix or BridgeInterface (its interface from the configuration file's detectLocal.bridgeInterface)")
+		"how pod traffic is told apart: ClusterCIDR (default), NodeCIDR (the Node's spec.podCIDRs), InterfaceNamePrefix or BridgeInterface")
 	fs.StringVar(&o.DetectLocal.InterfaceNamePrefix, fieldFlags[fieldInterfaceNamePrefix], o.DetectLocal.InterfaceNamePrefix,
 		"pod interface name prefix, for --detect-local-mode InterfaceNamePrefix")
+	fs.StringVar(&o.DetectLocal.BridgeInterface, fieldFlags[fieldBridgeInterface], o.DetectLocal.BridgeInterface,
+		"the pods' bridge interface, for --detect-local-mode BridgeInterface")
 	fs.Var((*listFlag)(&o.NodePortAddresses), fieldFlags[fieldNodePortAddresses],
 		"comma-separated CIDRs and keywords primary (the node's primary IP of each family) and all: NodePorts are served only on node addresses they cover (default all node addresses)")
 	fs.BoolVar(&o.MasqueradeAll, fieldFlags[fieldMasqueradeAll], o.MasqueradeAll,

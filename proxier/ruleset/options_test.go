@@ -29,6 +29,7 @@ serviceCIDR: 10.96.0.0/12,fd00:10:96::/112
 detectLocalMode: InterfaceNamePrefix
 detectLocal:
   interfaceNamePrefix: veth
+  bridgeInterface: cbr0
 nodePortAddresses: [192.168.0.0/24, 10.0.0.1/8]
 masqueradeAll: true
 masqueradeBit: 5
@@ -36,12 +37,12 @@ tableName: kp
 `
 
 const everyFieldJSON = `{"clusterCIDR": "10.244.0.0/16, fd00:10:244::/56", "serviceCIDR": "10.96.0.0/12,fd00:10:96::/112",
- "detectLocalMode": "InterfaceNamePrefix", "detectLocal": {"interfaceNamePrefix": "veth"},
+ "detectLocalMode": "InterfaceNamePrefix", "detectLocal": {"interfaceNamePrefix": "veth", "bridgeInterface": "cbr0"},
  "nodePortAddresses": ["192.168.0.0/24", "10.0.0.1/8"], "masqueradeAll": true, "masqueradeBit": 5, "tableName": "kp"}`
 
 var everyFieldFlags = []string{
 	"--cluster-cidr=10.244.0.0/16, fd00:10:244::/56", "--service-cidr=10.96.0.0/12,fd00:10:96::/112",
-	"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=veth",
+	"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=veth", "--pod-bridge-interface=cbr0",
 	"--nodeport-addresses=192.168.0.0/24,10.0.0.1/8", "--masquerade-all", "--iptables-masquerade-bit=5", "--table-name=kp",
 }
 
@@ -50,6 +51,7 @@ var everyFieldConfig = Config{
 	LocalMode:         LocalInterfacePrefix,
 	ClusterCIDRs:      mustPrefixes("10.244.0.0/16", "fd00:10:244::/56"),
 	InterfacePrefix:   "veth",
+	BridgeInterface:   "cbr0",
 	MasqueradeAll:     true,
 	MasqueradeBit:     5,
 	NodePortAddresses: mustPrefixes("192.168.0.0/24", "10.0.0.0/8"), // host bits masked
@@ -182,7 +184,7 @@ func TestOptionsFlagNames(t *testing.T) {
 	var help bytes.Buffer
 	fs.SetOutput(&help)
 	fs.PrintDefaults()
-	for _, name := range []string{"cluster-cidr", "service-cidr", "detect-local-mode", "pod-interface-name-prefix",
+	for _, name := range []string{"cluster-cidr", "service-cidr", "detect-local-mode", "pod-interface-name-prefix", "pod-bridge-interface",
 		"nodeport-addresses", "masquerade-all", "iptables-masquerade-bit", "table-name"} {
 		if fs.Lookup(name) == nil || !strings.Contains(help.String(), "-"+name) {
 			t.Errorf("flag --%s missing", name)
