@@ -1,58 +1,18 @@
 package deploy
 
 import (
-	"path"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"helm.sh/helm/v3/pkg/chart/loader"
-	"helm.sh/helm/v3/pkg/chartutil"
-	"helm.sh/helm/v3/pkg/engine"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 )
-
-const chartDir = "helm/nftproxy"
-
-// renderChart renders the chart as `helm install nftproxy -n kube-system` would, with
-// vals over values.yaml, and returns each manifest by template name (NOTES.txt
-// and partials left out).
-func renderChart(vals map[string]any) (map[string]string, error) {
-	ch, err := loader.Load(chartDir)
-	if err != nil {
-		return nil, err
-	}
-	// As helm install does: values.schema.json checks the merged values.
-	merged, err := chartutil.CoalesceValues(ch, vals)
-	if err != nil {
-		return nil, err
-	}
-	if err := chartutil.ValidateAgainstSchema(ch, merged); err != nil {
-		return nil, err
-	}
-	rv, err := chartutil.ToRenderValues(ch, vals,
-		chartutil.ReleaseOptions{Name: "nftproxy", Namespace: "kube-system", Revision: 1, IsInstall: true},
-		chartutil.DefaultCapabilities)
-	if err != nil {
-		return nil, err
-	}
-	out, err := engine.Render(ch, rv)
-	if err != nil {
-		return nil, err
-	}
-	for name := range out {
-		if path.Ext(name) != ".yaml" {
-			delete(out, name)
-		}
-	}
-	return out, nil
-}
 
 // kustomizeValues are the values that make the chart what deploy/*.yaml are.
 func kustomizeValues(t *testing.T) map[string]any {
@@ -68,7 +28,7 @@ func kustomizeValues(t *testing.T) map[string]any {
 // client-go's scheme, keyed by kind.
 func decodeChart(t *testing.T, vals map[string]any) map[string]runtime.Object {
 	t.Helper()
-	out, err := renderChart(vals)
+	out, err := RenderChart(vals)
 	if err != nil {
 		t.Fatalf("rendering the chart: %v", err)
 	}
@@ -165,7 +125,7 @@ func TestHelmRequiredValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			vals := kustomizeValues(t)
 			tc.edit(vals)
-			_, err := renderChart(vals)
+			_, err := RenderChart(vals)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("rendered with err %v, want one saying %q", err, tc.want)
 			}
