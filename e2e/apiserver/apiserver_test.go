@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"os"
@@ -16,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -129,6 +131,28 @@ var _ = Describe("nftproxy against a real API server", Label("apiserver"), Order
 		Expect(err).NotTo(HaveOccurred())
 	})
 
+	// dryRun applies one manifest with a server-side dry run.
+	dryRun := func(ctx context.Context, name string, data []byte) {
+		GinkgoHelper()
+		obj := &unstructured.Unstructured{}
+		Expect(yaml.Unmarshal(data, &obj.Object)).To(Succeed(), name)
+		gvk := obj.GroupVersionKind()
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		Expect(err).NotTo(HaveOccurred(), "%s: %s", name, gvk)
+		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			ns := obj.GetNamespace()
+			if ns == "" {
+				ns = "kube-system" // helm install -n kube-system
+			}
+			ri = dyn.Resource(m.Resource).Namespace(ns)
+		}
+		got, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "nftproxy-e2e", DryRun: []string{metav1.DryRunAll}})
+		Expect(err).NotTo(HaveOccurred(), "server-side dry-run apply of %s (%s %s)", name, gvk.Kind, obj.GetName())
+		Expect(got.GetName()).To(Equal(obj.GetName()))
+		fmt.Fprintf(GinkgoWriter, "dry-run apply %s: %s %s ok\n", name, gvk.Kind, obj.GetName())
+	}
+
 	It("accepts deploy/'s manifests in a server-side dry run", func(ctx SpecContext) {
 		data, err := deploy.Manifests.ReadFile("kustomization.yaml")
 		Expect(err).NotTo(HaveOccurred())
@@ -140,23 +164,28 @@ var _ = Describe("nftproxy against a real API server", Label("apiserver"), Order
 		for _, name := range k.Resources {
 			data, err := deploy.Manifests.ReadFile(name)
 			Expect(err).NotTo(HaveOccurred())
-			obj := &unstructured.Unstructured{}
-			Expect(yaml.Unmarshal(data, &obj.Object)).To(Succeed(), name)
-			gvk := obj.GroupVersionKind()
-			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			Expect(err).NotTo(HaveOccurred(), "%s: %s", name, gvk)
-			var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-			if obj.GetNamespace() != "" {
-				ri = dyn.Resource(m.Resource).Namespace(obj.GetNamespace())
-			}
-			got, err := ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "nftproxy-e2e", DryRun: []string{metav1.DryRunAll}})
-			Expect(err).NotTo(HaveOccurred(), "server-side dry-run apply of %s (%s %s)", name, gvk.Kind, obj.GetName())
-			Expect(got.GetName()).To(Equal(obj.GetName()))
-			fmt.Fprintf(GinkgoWriter, "dry-run apply %s: %s %s ok\n", name, gvk.Kind, obj.GetName())
+			dryRun(ctx, name, data)
 		}
 		// A dry run persists nothing.
 		_, err = client.AppsV1().DaemonSets("kube-system").Get(ctx, "nftproxy", metav1.GetOptions{})
 		Expect(err).To(HaveOccurred())
+	})
+
+	It("accepts the Helm chart's manifests in a server-side dry run", func(ctx SpecContext) {
+		out, err := deploy.RenderChart(map[string]any{
+			"apiServer": "https://control-plane.example:6443",
+			"image":     map[string]any{"repository": "registry.example/nftproxy", "tag": "v0.0.0"},
+		})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(out).NotTo(BeEmpty())
+		for _, name := range slices.Sorted(maps.Keys(out)) {
+			for i, doc := range strings.Split(out[name], "\n---") {
+				if strings.TrimSpace(doc) == "" {
+					continue
+				}
+				dryRun(ctx, fmt.Sprintf("%s#%d", name, i), []byte(doc))
+			}
+		}
 	})
 
 	It("routes a ClusterIP to its endpoint, and measures network programming latency", func(ctx SpecContext) {

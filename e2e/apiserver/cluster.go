@@ -195,6 +195,9 @@ func StartControlPlane(ctx context.Context, ns *lab.NS, dir, apiserverBin, etcdB
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
+		// As kubeadm's: node proxies (kube-proxy, nftproxy's init container) are
+		// privileged.
+		"--allow-privileged=true",
 	)
 	if err != nil {
 		return nil, errors.Join(err, cp.Stop())
