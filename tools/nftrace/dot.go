@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/nftproxy/nftproxy/sim"
@@ -41,9 +43,16 @@ func (g *dotGraph) add(tr *sim.Trace, at string) {
 		return id
 	}
 	type edge struct{ from, to string }
-	prob := map[edge]float64{}
+	// prob is each edge's probability under each set of assumptions (the branches
+	// of one set sum to 1); cases are those sets, in the order of the branches.
+	prob := map[edge]map[string]float64{}
 	var edges []edge
+	var cases []string
 	for _, br := range tr.Branches {
+		asm := strings.Join(br.Assumptions(), " and ")
+		if !slices.Contains(cases, asm) {
+			cases = append(cases, asm)
+		}
 		used := map[edge]bool{}
 		prev := ""
 		link := func(id string) {
@@ -53,8 +62,9 @@ func (g *dotGraph) add(tr *sim.Trace, at string) {
 					used[e] = true
 					if _, ok := prob[e]; !ok {
 						edges = append(edges, e)
+						prob[e] = map[string]float64{}
 					}
-					prob[e] += br.Probability
+					prob[e][asm] += br.Probability
 				}
 			}
 			prev = id
@@ -100,12 +110,48 @@ func (g *dotGraph) add(tr *sim.Trace, at string) {
 	}
 	for _, e := range edges {
 		fmt.Fprintf(&g.b, "    %s -> %s", e.from, e.to)
-		if p := prob[e]; p < 0.9999 {
-			fmt.Fprintf(&g.b, " [label=%s]", dotQuote(fmt.Sprintf("%.4g%%", p*100)))
+		if l := edgeLabel(prob[e], cases); l != "" {
+			fmt.Fprintf(&g.b, " [label=%s]", dotQuote(l))
 		}
 		g.b.WriteString(";\n")
 	}
 	g.b.WriteString("  }\n")
+}
+
+// edgeLabel labels an edge taken with probability p[asm] under each set of
+// assumptions asm of cases: nothing when every case takes it surely, the
+// probability when every case takes it as likely (or nothing is assumed), else "if ASSUMPTIONS" (with the
+// probability when below 1) for each case that takes it.
+func edgeLabel(p map[string]float64, cases []string) string {
+	all := len(p) == len(cases)
+	sure, same := true, true
+	for _, x := range p {
+		sure = sure && x >= 0.9999
+		same = same && math.Abs(x-p[cases[0]]) < 1e-9
+	}
+	switch {
+	case all && sure:
+		return ""
+	case all && same:
+		// As likely whatever is assumed.
+		return fmt.Sprintf("%.4g%%", p[cases[0]]*100)
+	}
+	var lines []string
+	for _, c := range cases {
+		x, ok := p[c]
+		if !ok {
+			continue
+		}
+		l := "if " + c
+		if c == "" {
+			l = "assuming nothing"
+		}
+		if x < 0.9999 {
+			l += fmt.Sprintf(": %.4g%%", x*100)
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // write prints the graph.

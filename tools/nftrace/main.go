@@ -45,6 +45,9 @@ type options struct {
 	printRuleset bool
 	sequence     bool
 	seed         uint64
+	// assume are the --assume pins: the outcomes kept of forks on what a packet
+	// cannot decide.
+	assume pins
 	// rs are the ruleset's settings: --config's, overridden by the flags given, and
 	// for --cluster completed from the cluster file (readCluster).
 	rs ruleset.Options
@@ -72,6 +75,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.printRuleset, "print-ruleset", false, "print the ruleset built for the cluster (nft -f syntax) and exit")
 	fs.BoolVar(&o.sequence, "sequence", false, "trace the packets in order on one node, sharing conntrack entries and set elements (affinity); 'advance 10s' between packets lets time pass")
 	fs.Uint64Var(&o.seed, "seed", 1, "with --sequence, the seed of the random choice of the branch each packet commits (numgen random)")
+	fs.Var(&o.assume, "assume", "keep only the branches that assume this outcome of what a packet cannot decide (repeatable; KEY is one of "+keyNames()+"; e.g. limit=under, xt=continue, xt:physdev=no-match)")
 	fs.Usage = func() { usage(fs) }
 	o.rs.AddFlags(fs)
 	return fs
@@ -82,7 +86,7 @@ var argNames = map[string]string{
 	"cluster": "FILE", "config": "FILE", "ruleset": "FILE", "node": "NAME", "local": "ADDR,...",
 	"color": "WHEN", "o": "FORMAT", "seed": "N", "cluster-cidr": "CIDR,...", "service-cidr": "CIDR,...",
 	"detect-local-mode": "MODE", "pod-interface-name-prefix": "PREFIX", "nodeport-addresses": "CIDR,...",
-	"iptables-masquerade-bit": "BIT", "table-name": "NAME",
+	"iptables-masquerade-bit": "BIT", "table-name": "NAME", "assume": "KEY[:NAME]=VALUE",
 }
 
 // usage prints the usage text: every flag with its argument, if it takes one, and
@@ -187,7 +191,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		local = given
 	}
 	env := sim.Env{LocalAddrs: local}
-	return trace(prog, env, entries, o, stdout)
+	if err := trace(prog, env, entries, o, stdout); err != nil {
+		return err
+	}
+	if u := o.assume.unused(); len(u) > 0 {
+		fmt.Fprintf(stderr, "nftrace: note: --assume %s decided no fork of these traces\n", strings.Join(u, ", "))
+	}
+	return nil
 }
 
 // entry is one PACKET argument: a packet, or with --sequence an advance of the
@@ -244,6 +254,12 @@ func parseAddrs(s string) ([]netip.Addr, error) {
 	return out, nil
 }
 
+// forks compiles the rulesets of --ruleset and --live, whole nodes' rulesets
+// (firewalld, iptables-nft, Docker): what a packet cannot decide forks the trace,
+// each branch saying what it assumes, instead of refusing the ruleset. nftproxy's own
+// ruleset (--cluster) compiles strictly, as in the proxier's tests.
+var forks = sim.CompileOptions{Forks: true}
+
 // load compiles the ruleset the options name, and returns the node addresses it
 // implies. With --print-ruleset it prints the ruleset and returns a nil program.
 func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, error) {
@@ -277,7 +293,7 @@ func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, err
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the ruleset: %w", err)
 		}
-		prog, err := sim.CompileText(string(data))
+		prog, err := sim.CompileTextOptions(string(data), forks)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", o.rulesetFile, err)
 		}
@@ -298,7 +314,7 @@ func loadLive() (*sim.Program, []netip.Addr, error) {
 		}
 		return nil, nil, fmt.Errorf("nft list ruleset: %w", err)
 	}
-	prog, err := sim.CompileText(string(out))
+	prog, err := sim.CompileTextOptions(string(out), forks)
 	if err != nil {
 		return nil, nil, fmt.Errorf("live ruleset: %w", err)
 	}

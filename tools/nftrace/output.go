@@ -39,6 +39,20 @@ type Result struct {
 	// Committed is, with --sequence, the index in Branches of the branch the node
 	// took: its conntrack entry and set elements are what later packets see.
 	Committed *int `json:"committed,omitempty"`
+	// Cases are, when some branch assumes what the packet cannot decide (limit
+	// rate, xt match, ...), the outcome under each set of assumptions, in the
+	// order of the branches.
+	Cases []CaseJSON `json:"cases,omitempty"`
+}
+
+// CaseJSON is the outcome of a trace should a set of assumptions hold.
+type CaseJSON struct {
+	Assumptions []string       `json:"assumptions"`
+	Verdict     string         `json:"verdict"`
+	Delivery    string         `json:"delivery"`
+	Endpoints   []EndpointJSON `json:"endpoints"`
+	Masquerade  bool           `json:"masquerade"`
+	SNAT        string         `json:"snat,omitempty"`
 }
 
 // EndpointJSON is a possible DNAT destination.
@@ -47,6 +61,9 @@ type EndpointJSON struct {
 	Probability float64 `json:"probability"`
 	// Masquerade is true when the connection to this endpoint is masqueraded.
 	Masquerade bool `json:"masquerade"`
+	// Assumptions are what the branches to this endpoint assume, when they assume
+	// anything; Probability is then conditional on them.
+	Assumptions []string `json:"assumptions,omitempty"`
 }
 
 // BranchJSON is one numgen branch of a trace.
@@ -59,6 +76,9 @@ type BranchJSON struct {
 	SNAT        string     `json:"snat,omitempty"`
 	Packet      string     `json:"packet"`
 	Steps       []StepJSON `json:"steps"`
+	// Assumptions are what the branch assumes about what the packet cannot decide
+	// ("under limit rate 10/second"); Probability is conditional on them.
+	Assumptions []string `json:"assumptions,omitempty"`
 }
 
 // StepJSON is one step of a branch.
@@ -83,39 +103,41 @@ var stepKinds = map[sim.StepKind]string{
 
 // result turns a trace into its JSON form.
 func result(tr *sim.Trace) Result {
-	r := Result{Packet: tr.Packet.String(), Endpoints: []EndpointJSON{}}
-	verdicts, deliveries := map[string]bool{}, map[string]bool{}
-	dnat := map[string]*EndpointJSON{}
-	var dnatOrder []string
+	r := Result{Packet: tr.Packet.String()}
+	assumed := false
 	for _, br := range tr.Branches {
 		o := br.Outcome
 		b := BranchJSON{
 			Probability: br.Probability, Verdict: o.Verdict.String(), Delivery: o.Delivery.String(),
 			Masquerade: o.Masquerade, Packet: o.Packet.String(), Steps: steps(br.Steps),
+			Assumptions: br.Assumptions(),
 		}
 		if o.DNAT {
 			b.DNAT = o.Packet.Dst.String()
-			if o.Verdict == sim.VerdictAccept {
-				if _, ok := dnat[b.DNAT]; !ok {
-					dnatOrder = append(dnatOrder, b.DNAT)
-					dnat[b.DNAT] = &EndpointJSON{Address: b.DNAT}
-				}
-				dnat[b.DNAT].Probability += br.Probability
-				dnat[b.DNAT].Masquerade = dnat[b.DNAT].Masquerade || o.Masquerade
-			}
 		}
 		if o.SNAT {
 			b.SNAT = o.SNATAddr.String()
-			r.SNAT = b.SNAT
 		}
-		r.Masquerade = r.Masquerade || o.Masquerade
-		verdicts[b.Verdict] = true
-		deliveries[b.Delivery] = true
+		assumed = assumed || len(b.Assumptions) > 0
 		r.Branches = append(r.Branches, b)
 	}
-	r.Verdict, r.Delivery = agree(verdicts), agree(deliveries)
-	for _, a := range dnatOrder {
-		r.Endpoints = append(r.Endpoints, *dnat[a])
+	all := aggregate(r.Branches)
+	r.Verdict, r.Delivery, r.Endpoints, r.Masquerade, r.SNAT = all.Verdict, all.Delivery, all.Endpoints, all.Masquerade, all.SNAT
+	if assumed {
+		var order []string
+		byKey := map[string][]BranchJSON{}
+		for _, b := range r.Branches {
+			k := strings.Join(b.Assumptions, "\x00")
+			if _, ok := byKey[k]; !ok {
+				order = append(order, k)
+			}
+			byKey[k] = append(byKey[k], b)
+		}
+		for _, k := range order {
+			c := aggregate(byKey[k])
+			c.Assumptions = byKey[k][0].Assumptions
+			r.Cases = append(r.Cases, c)
+		}
 	}
 	if len(r.Branches) > 0 {
 		r.Steps = r.Branches[0].Steps
@@ -125,6 +147,36 @@ func result(tr *sim.Trace) Result {
 		r.Committed = &c
 	}
 	return r
+}
+
+// aggregate sums up branches: the verdict and delivery they agree on (or "mixed"),
+// their DNAT destinations with probabilities (per assumptions: branches of
+// different assumptions each sum to 1), masquerading and SNAT.
+func aggregate(bs []BranchJSON) CaseJSON {
+	c := CaseJSON{Endpoints: []EndpointJSON{}}
+	verdicts, deliveries := map[string]bool{}, map[string]bool{}
+	dnat := map[string]int{}
+	for _, b := range bs {
+		if b.DNAT != "" && b.Verdict == "accept" {
+			k := b.DNAT + "\x00" + strings.Join(b.Assumptions, "\x00")
+			i, ok := dnat[k]
+			if !ok {
+				i = len(c.Endpoints)
+				dnat[k] = i
+				c.Endpoints = append(c.Endpoints, EndpointJSON{Address: b.DNAT, Assumptions: b.Assumptions})
+			}
+			c.Endpoints[i].Probability += b.Probability
+			c.Endpoints[i].Masquerade = c.Endpoints[i].Masquerade || b.Masquerade
+		}
+		if b.SNAT != "" {
+			c.SNAT = b.SNAT
+		}
+		c.Masquerade = c.Masquerade || b.Masquerade
+		verdicts[b.Verdict] = true
+		deliveries[b.Delivery] = true
+	}
+	c.Verdict, c.Delivery = agree(verdicts), agree(deliveries)
+	return c
 }
 
 func agree(set map[string]bool) string {
@@ -168,6 +220,9 @@ func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout i
 	if o.sequence {
 		clock = &sim.ManualClock{}
 		env.Clock, env.Seed = clock, o.seed
+		if len(o.assume) > 0 {
+			env.Select = o.assume.selector(o.seed)
+		}
 		rt = sim.NewRuntime(prog, env)
 	}
 	var graph dotGraph
@@ -198,6 +253,7 @@ func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout i
 		if err != nil {
 			return fmt.Errorf("tracing %s: %w", e.pkt, err)
 		}
+		o.assume.filter(tr)
 		r := result(tr)
 		if rt != nil {
 			r.Time = elapsed.String()
@@ -229,6 +285,19 @@ func trace(prog *sim.Program, env sim.Env, entries []entry, o *options, stdout i
 // render is the simulator's text rendering, with the deciding rules in bold.
 func render(tr *sim.Trace, color bool) string {
 	text := tr.String()
+	if len(tr.Branches) == 1 {
+		// The simulator lists a branch's assumptions only when there are several;
+		// one left by --assume still assumes them.
+		var asm strings.Builder
+		for _, ch := range tr.Branches[0].Choices {
+			if ch.Assumed {
+				fmt.Fprintf(&asm, "  assuming: %s (%s chain %s rule %d)\n", ch.Outcome, ch.Table, ch.Chain, ch.Rule)
+			}
+		}
+		if first, rest, ok := strings.Cut(text, "\n"); ok && asm.Len() > 0 {
+			text = first + "\n" + asm.String() + rest
+		}
+	}
 	if !color {
 		return text
 	}
@@ -241,14 +310,42 @@ func render(tr *sim.Trace, color bool) string {
 	return strings.Join(lines, "\n")
 }
 
-// summary is the one-line verdict printed after each trace.
+// summary is the one-line verdict printed after each trace; when branches assume
+// what the packet cannot decide, one clause per set of assumptions
+// ("=> if under limit rate 10/second: ACCEPT (local); if over ...: DROP").
 func summary(r Result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "=> %s", strings.ToUpper(r.Verdict))
-	if r.Verdict == "accept" {
-		fmt.Fprintf(&b, " (%s)", r.Delivery)
+	b.WriteString("=> ")
+	if len(r.Cases) == 0 {
+		b.WriteString(outcome(CaseJSON{Verdict: r.Verdict, Delivery: r.Delivery, Endpoints: r.Endpoints, Masquerade: r.Masquerade, SNAT: r.SNAT}))
 	}
-	for i, e := range r.Endpoints {
+	for i, c := range r.Cases {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		if len(c.Assumptions) > 0 {
+			fmt.Fprintf(&b, "if %s: ", strings.Join(c.Assumptions, " and "))
+		}
+		b.WriteString(outcome(c))
+	}
+	if r.Committed != nil && len(r.Branches) > 1 {
+		br := r.Branches[*r.Committed]
+		fmt.Fprintf(&b, "; committed branch %d", *r.Committed+1)
+		if br.DNAT != "" {
+			fmt.Fprintf(&b, " (to %s)", br.DNAT)
+		}
+	}
+	return b.String()
+}
+
+// outcome is the verdict, endpoints and masquerading of a trace or of one case.
+func outcome(c CaseJSON) string {
+	var b strings.Builder
+	b.WriteString(strings.ToUpper(c.Verdict))
+	if c.Verdict == "accept" {
+		fmt.Fprintf(&b, " (%s)", c.Delivery)
+	}
+	for i, e := range c.Endpoints {
 		if i == 0 {
 			b.WriteString(" to ")
 		} else {
@@ -260,18 +357,11 @@ func summary(r Result) string {
 		}
 		b.WriteString(")")
 	}
-	if r.Masquerade && len(r.Endpoints) == 0 {
+	if c.Masquerade && len(c.Endpoints) == 0 {
 		b.WriteString(", masqueraded")
 	}
-	if r.SNAT != "" && len(r.Endpoints) == 0 {
-		fmt.Fprintf(&b, ", source becomes %s", r.SNAT)
-	}
-	if r.Committed != nil && len(r.Branches) > 1 {
-		br := r.Branches[*r.Committed]
-		fmt.Fprintf(&b, "; committed branch %d", *r.Committed+1)
-		if br.DNAT != "" {
-			fmt.Fprintf(&b, " (to %s)", br.DNAT)
-		}
+	if c.SNAT != "" && len(c.Endpoints) == 0 {
+		fmt.Fprintf(&b, ", source becomes %s", c.SNAT)
 	}
 	return b.String()
 }
