@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nftproxy/nftproxy/e2e/lab"
+)
+
+// The node agent: what the kubelet would write for the lab's nodes and pods.
+
+// registerNode creates the Node object of n with its pod CIDR, and writes its status
+// (InternalIP, Ready) as a kubelet would.
+func (c *Cluster) registerNode(ctx context.Context, n *Node) error {
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Spec.Name, Labels: map[string]string{
+			"kubernetes.io/hostname": n.Spec.Name,
+			"kubernetes.io/os":       "linux",
+		}},
+		Spec: v1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+	}
+	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: create: %w", n.Spec.Name, err)
+	}
+	now := metav1.Now()
+	created.Status = v1.NodeStatus{
+		Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: n.Addr.String()},
+			{Type: v1.NodeHostName, Address: n.Spec.Name},
+		},
+		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue,
+			Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
+	}
+	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s: status: %w", n.Spec.Name, err)
+	}
+	return nil
+}
+
+// PodSpec describes a pod of the lab.
+type PodSpec struct {
+	Namespace, Name string
+	// Node is the name of the node the pod is bound to.
+	Node   string
+	Labels map[string]string
+	// Ports are the TCP ports the pod's echo server answers on (and declares).
+	Ports []uint16
+}
+
+// Pod is a pod namespace behind its node, with its echo server and its API object.
+type Pod struct {
+	*lab.NS
+	Spec PodSpec
+	// Addr is the pod's IP.
+	Addr netip.Addr
+	// HostVeth is the name of the pod veth's end in the node's namespace.
+	HostVeth string
+
+	echo *lab.EchoServer
+}
+
+func (p *Pod) stop() error {
+	if p.echo == nil {
+		return nil
+	}
+	return p.echo.Stop()
+}
+
+// AddPod creates the Pod object bound to its node, wires a pod namespace behind the node
+// (an address of the node's pod CIDR, routed through a veth), starts its echo server and
+// writes the pod's status as the kubelet would: Running, its podIP, and Ready.
+func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
+	n := c.Node(spec.Node)
+	if n == nil {
+		return nil, fmt.Errorf("pod %s/%s: no node %q", spec.Namespace, spec.Name, spec.Node)
+	}
+	if spec.Namespace == "" {
+		spec.Namespace = "default"
+	}
+	n.mu.Lock()
+	n.nextPod++
+	index := n.nextPod
+	n.mu.Unlock()
+	if index > 250 {
+		return nil, fmt.Errorf("pod %s/%s: node %s is full", spec.Namespace, spec.Name, n.Spec.Name)
+	}
+	gw := n.PodCIDR.Addr().Next()
+	addr := gw
+	for range index {
+		addr = addr.Next()
+	}
+
+	var ports []v1.ContainerPort
+	for _, p := range spec.Ports {
+		ports = append(ports, v1.ContainerPort{ContainerPort: int32(p), Protocol: v1.ProtocolTCP})
+	}
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: spec.Namespace, Name: spec.Name, Labels: spec.Labels},
+		Spec: v1.PodSpec{
+			NodeName:                     n.Spec.Name,
+			AutomountServiceAccountToken: new(bool),
+			Containers:                   []v1.Container{{Name: "echo", Image: "nftproxy.io/lab-echo", Ports: ports}},
+		},
+	}
+	// The serviceaccount controller makes the namespace's default ServiceAccount, without
+	// which the API server refuses pods, shortly after the namespace appears.
+	var created *v1.Pod
+	err := waitFor(ctx, defaultWait, "create pod "+spec.Namespace+"/"+spec.Name, func() (bool, error) {
+		var err error
+		created, err = c.Client.CoreV1().Pods(spec.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, err
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	ns, err := c.newNS("pod-"+spec.Name, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pod{NS: ns, Spec: spec, Addr: addr, HostVeth: fmt.Sprintf("veth%d", index)}
+	c.mu.Lock()
+	c.pods = append(c.pods, p)
+	c.mu.Unlock()
+	if err := addVeth(n.NS, p.HostVeth, ns, "eth0"); err != nil {
+		return nil, err
+	}
+	// The node's end holds the gateway; the pod reaches it on link.
+	if err := addAddr(n.NS, p.HostVeth, netip.PrefixFrom(gw, 32)); err != nil {
+		return nil, err
+	}
+	if err := addRoute(n.NS, p.HostVeth, netip.PrefixFrom(addr, 32), netip.Addr{}); err != nil {
+		return nil, err
+	}
+	if err := addAddr(ns, "eth0", netip.PrefixFrom(addr, 32)); err != nil {
+		return nil, err
+	}
+	if err := addRoute(ns, "eth0", netip.Prefix{}, gw); err != nil {
+		return nil, err
+	}
+	if len(spec.Ports) > 0 {
+		var eps []lab.EchoPort
+		for _, port := range spec.Ports {
+			eps = append(eps, lab.EchoPort{Proto: lab.TCP, Port: port}, lab.EchoPort{Proto: lab.UDP, Port: port})
+		}
+		if p.echo, err = lab.StartEcho(ns, spec.Name, []netip.Addr{addr}, eps); err != nil {
+			return nil, err
+		}
+	}
+
+	now := metav1.Now()
+	created.Status = v1.PodStatus{
+		Phase:     v1.PodRunning,
+		HostIP:    n.Addr.String(),
+		HostIPs:   []v1.HostIP{{IP: n.Addr.String()}},
+		PodIP:     addr.String(),
+		PodIPs:    []v1.PodIP{{IP: addr.String()}},
+		StartTime: &now,
+		Conditions: []v1.PodCondition{
+			{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: now},
+			{Type: v1.PodInitialized, Status: v1.ConditionTrue, LastTransitionTime: now},
+			{Type: v1.ContainersReady, Status: v1.ConditionTrue, LastTransitionTime: now},
+			{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: now},
+		},
+		ContainerStatuses: []v1.ContainerStatus{{Name: "echo", Image: "nftproxy.io/lab-echo", Ready: true,
+			Started: new(bool), State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: now}}}},
+	}
+	*created.Status.ContainerStatuses[0].Started = true
+	if _, err := c.Client.CoreV1().Pods(spec.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: status: %w", spec.Namespace, spec.Name, err)
+	}
+	return p, nil
+}
