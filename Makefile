@@ -29,6 +29,7 @@ deps:
 build:
 	$(GO) build ./...
 	$(GO) build -o bin/ ./tools/... ./cmd/... 2>/dev/null || $(GO) build -o bin/ ./tools/...
+	$(GO) build -o bin/kubectl-nftrace ./tools/nftrace
 
 tools:
 	$(GO) install github.com/onsi/ginkgo/v2/ginkgo
@@ -77,6 +78,8 @@ lint:
 
 # apiserver builds a real kube-apiserver (k8s.io/kubernetes v1.37.2, matching client-go
 # v0.37.2) and etcd into .cache/apiserver/ (gitignored); the first build takes ~15 minutes.
+# It also builds kube-controller-manager, kube-proxy and kubectl of the same release, for
+# the cluster lab (under 3 minutes more with a warm Go build cache).
 # test-apiserver runs the e2e/apiserver suite against them (root; it skips otherwise).
 APISERVER_DIR ?= $(CURDIR)/.cache/apiserver
 
@@ -87,3 +90,19 @@ apiserver:
 
 test-apiserver: deps apiserver
 	NFTPROXY_APISERVER_DIR=$(APISERVER_DIR) $(GO) test -count=1 -v -timeout 30m ./e2e/apiserver/ -args -ginkgo.v -ginkgo.label-filter=apiserver
+
+# cluster brings the cluster lab up for a person (root): the real etcd, kube-apiserver and
+# kube-controller-manager (built by `make apiserver`), three nodes running nftproxy or the
+# real kube-proxy (CLUSTERFLAGS=--nodes=node-a=nftproxy,node-b=kube-proxy-nftables,...) and a
+# demo Service; it prints the kubeconfig and how to enter a node and trace a packet there,
+# stays until Ctrl-C and removes every namespace it made. test-cluster runs e2e/cluster.
+CLUSTERFLAGS ?=
+
+.PHONY: cluster test-cluster
+
+cluster: deps apiserver
+	$(GO) build -o bin/labcluster ./e2e/cluster/labcluster
+	NFTPROXY_APISERVER_DIR=$(APISERVER_DIR) ./bin/labcluster --repo=$(CURDIR) $(CLUSTERFLAGS)
+
+test-cluster: deps apiserver
+	NFTPROXY_APISERVER_DIR=$(APISERVER_DIR) $(GO) test -count=1 -v -timeout 15m ./e2e/cluster/...
