@@ -29,6 +29,7 @@ deps:
 build:
 	$(GO) build ./...
 	$(GO) build -o bin/ ./tools/... ./cmd/... 2>/dev/null || $(GO) build -o bin/ ./tools/...
+	$(GO) build -o bin/kubectl-nftrace ./tools/nftrace
 
 tools:
 	$(GO) install github.com/onsi/ginkgo/v2/ginkgo

@@ -80,12 +80,19 @@ func loadConfigFile(path string) (ruleset.Options, error) {
 	return ruleset.Options{}, fmt.Errorf("--config %s: apiVersion %q, kind %q: want %s or %s", path, tm.APIVersion, tm.Kind, nftproxyConfig, kubeProxyConfig)
 }
 
-// clusterInput is a decoded cluster file and what nftrace takes from it.
+// clusterInput is a cluster — a decoded cluster file, or the objects read from an
+// API server — and what nftrace takes from it.
 type clusterInput struct {
-	file *state.ClusterFile
+	// name names the cluster in messages: the file's path, or the API server's.
+	name string
+	// nodes are the cluster's Nodes.
+	nodes []*v1.Node
+	// apply records the cluster's objects in a Tracker and returns the errors of
+	// those skipped.
+	apply func(*state.Tracker) []error
 	// node is the name of the node whose tables are built.
 	node string
-	// nodeless is true when the file has no Node: the node's addresses are --local's.
+	// nodeless is true when the cluster has no Node: the node's addresses are --local's.
 	nodeless bool
 	// podCIDRs are the Nodes' spec.podCIDRs, when they gave clusterCIDR.
 	podCIDRs []string
@@ -96,44 +103,52 @@ type clusterInput struct {
 // subdomain), so that no endpoint is local, as on a node without a name.
 const noNode = "<no node>"
 
-// readCluster decodes the cluster file of o, skipping the kinds nftrace does not
-// read with one note on stderr, chooses the node, and sets o's clusterCIDR from the
-// Nodes' spec.podCIDRs when neither a flag nor --config gave it. o.cfg is then the
-// Config to build with.
+// readCluster reads the cluster of o — the cluster file, skipping the kinds nftrace
+// does not read with one note on stderr, or the API server's objects — chooses the
+// node, and sets o's clusterCIDR from the Nodes' spec.podCIDRs when neither a flag
+// nor --config gave it. o.cfg is then the Config to build with.
 func readCluster(o *options, stderr io.Writer) (*clusterInput, error) {
-	data, err := os.ReadFile(o.cluster)
-	if err != nil {
-		return nil, fmt.Errorf("cluster file: %w", err)
+	var in *clusterInput
+	if o.apiServer {
+		var err error
+		if in, err = readAPIServer(o, stderr); err != nil {
+			return nil, err
+		}
+	} else {
+		data, err := os.ReadFile(o.cluster)
+		if err != nil {
+			return nil, fmt.Errorf("cluster file: %w", err)
+		}
+		f, err := state.DecodeClusterFile(data, o.cluster, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(f.Skipped) > 0 {
+			fmt.Fprintf(stderr, "nftrace: note: skipped %d objects of kinds nftrace does not read: %s\n", len(f.Skipped), countKinds(f.Skipped))
+		}
+		in = &clusterInput{name: o.cluster, nodes: f.Nodes(), apply: f.Apply}
 	}
-	f, err := state.DecodeClusterFile(data, o.cluster, true)
-	if err != nil {
-		return nil, err
-	}
-	if len(f.Skipped) > 0 {
-		fmt.Fprintf(stderr, "nftrace: note: skipped %d objects of kinds nftrace does not read: %s\n", len(f.Skipped), countKinds(f.Skipped))
-	}
-	in := &clusterInput{file: f}
 	var names []string
-	for _, n := range f.Nodes() {
+	for _, n := range in.nodes {
 		if !slices.Contains(names, n.Name) {
 			names = append(names, n.Name)
 		}
 	}
 	switch {
 	case o.node != "" && len(names) > 0 && !slices.Contains(names, o.node):
-		return nil, fmt.Errorf("--node %s: %s has no Node of that name; its Nodes: %s", o.node, o.cluster, strings.Join(names, ", "))
+		return nil, fmt.Errorf("--node %s: %s has no Node of that name; its Nodes: %s", o.node, in.name, strings.Join(names, ", "))
 	case o.node != "":
 		in.node = o.node
 	case len(names) == 1:
 		in.node = names[0]
 	case len(names) > 1:
-		return nil, fmt.Errorf("%s: %d Nodes (%s): choose one with --node NAME", o.cluster, len(names), strings.Join(names, ", "))
+		return nil, fmt.Errorf("%s: %d Nodes (%s): choose one with --node NAME", in.name, len(names), strings.Join(names, ", "))
 	default:
 		in.node = noNode
 	}
 	in.nodeless = len(names) == 0
 	if o.rs.ClusterCIDR == "" && (o.rs.DetectLocalMode == "" || o.rs.DetectLocalMode == string(ruleset.LocalClusterCIDR)) {
-		for _, n := range f.Nodes() {
+		for _, n := range in.nodes {
 			for _, c := range append([]string{n.Spec.PodCIDR}, n.Spec.PodCIDRs...) {
 				if c != "" && !slices.Contains(in.podCIDRs, c) {
 					in.podCIDRs = append(in.podCIDRs, c)
@@ -145,7 +160,7 @@ func readCluster(o *options, stderr io.Writer) (*clusterInput, error) {
 			rs.ClusterCIDR = strings.Join(in.podCIDRs, ",")
 			cfg, _, err := rs.Config()
 			if err != nil {
-				return nil, fmt.Errorf("%s: the Nodes' spec.podCIDRs: %w", o.cluster, err)
+				return nil, fmt.Errorf("%s: the Nodes' spec.podCIDRs: %w", in.name, err)
 			}
 			o.rs, o.cfg = rs, cfg
 		}
@@ -188,7 +203,11 @@ func explain(o *options, in *clusterInput, st *state.ClusterState, stderr io.Wri
 		unknown = append(unknown, "serviceCIDR (give --service-cidr or --config, or ServiceCIDR objects), so traffic to unallocated ClusterIPs is not dropped")
 	}
 	if in.nodeless && o.local == "" {
-		unknown = append(unknown, "the node's addresses (the file has no Node; give them with --local ADDR,...), so NodePorts and node addresses match nothing")
+		what := "the file"
+		if o.apiServer {
+			what = "the cluster"
+		}
+		unknown = append(unknown, "the node's addresses ("+what+" has no Node; give them with --local ADDR,...), so NodePorts and node addresses match nothing")
 	}
 	if len(unknown) > 0 {
 		fmt.Fprintf(stderr, "nftrace: warning: unknown: %s\n", strings.Join(unknown, "; "))
@@ -203,8 +222,8 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(out, ",")
 }
 
-// buildCluster builds the tables of the cluster file's node as the daemon does: the
-// file's objects go into a proxier.Proxier, whose first sync writes each family's
+// buildCluster builds the tables of the cluster's node as the daemon does: the
+// cluster file's objects, or the API server's, go into a proxier.Proxier, whose first sync writes each family's
 // table into a knftables.Fake through its nft writer and, over netlink batches
 // decoded back into operations, its element writer. Invalid objects are reported on
 // stderr and skipped, and so are, with one note, objects of other kinds. A file
@@ -232,7 +251,7 @@ func buildCluster(o *options, stderr io.Writer, onSynced func(knftables.Family, 
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, e := range in.file.Apply(p.Tracker()) {
+	for _, e := range in.apply(p.Tracker()) {
 		fmt.Fprintf(stderr, "nftrace: skipped: %v\n", e)
 	}
 	if in.nodeless && o.local != "" {
@@ -241,7 +260,7 @@ func buildCluster(o *options, stderr io.Writer, onSynced func(knftables.Family, 
 		}
 	}
 	if err := p.Sync(context.Background()); err != nil {
-		return nil, nil, fmt.Errorf("syncing the ruleset of %s: %w", o.cluster, err)
+		return nil, nil, fmt.Errorf("syncing the ruleset of %s: %w", in.name, err)
 	}
 	var out []*knftables.Fake
 	for _, fam := range p.Families() {

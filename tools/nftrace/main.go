@@ -1,6 +1,8 @@
 // Command nftrace shows, hop by hop, what an nftables ruleset does to a packet: the
-// ruleset nftproxy builds for a cluster file, a saved `nft list ruleset` dump, or the
-// live ruleset of the network namespace it runs in.
+// ruleset nftproxy builds for a cluster file or a live cluster's API server, a saved
+// `nft list ruleset` dump, or the live ruleset of the network namespace it runs in.
+// Installed as kubectl-nftrace it is a kubectl plugin (`kubectl nftrace`), tracing
+// the cluster of kubectl's configuration by default.
 package main
 
 import (
@@ -25,7 +27,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := runAs(isPlugin(os.Args[0]), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "nftrace:", err)
 		os.Exit(1)
 	}
@@ -33,7 +35,15 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
-	cluster      string
+	cluster     string
+	kubeconfig  string
+	kubeContext string
+	// plugin says nftrace runs as kubectl-nftrace: without another source, it
+	// reads the API server of kubectl's configuration.
+	plugin bool
+	// apiServer says the cluster is read from an API server (--kubeconfig,
+	// --context, or the plugin's default).
+	apiServer    bool
 	node         string
 	config       string
 	rulesetFile  string
@@ -64,7 +74,9 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("nftrace", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.cluster, "cluster", "", "cluster file: Kubernetes YAML with Services, EndpointSlices, Nodes and ServiceCIDRs (other kinds are skipped)")
-	fs.StringVar(&o.node, "node", "", "the node whose ruleset is built (default: the only Node in the cluster file)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "read Services, EndpointSlices, Nodes and ServiceCIDRs from the API server of this kubeconfig file (as kubectl: default $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&o.kubeContext, "context", "", "the kubeconfig context of the API server (default: the current context)")
+	fs.StringVar(&o.node, "node", "", "the node whose ruleset is built (default: the cluster's only Node)")
 	fs.StringVar(&o.config, "config", "", "the daemon's configuration file (nftproxy's NftproxyConfiguration or kube-proxy's KubeProxyConfiguration) for the ruleset settings; flags override it")
 	fs.StringVar(&o.rulesetFile, "ruleset", "", "trace through a ruleset file ('nft list ruleset' output or nft -f syntax); - reads stdin")
 	fs.BoolVar(&o.live, "live", false, "trace through the live ruleset of this network namespace (runs 'nft list ruleset')")
@@ -76,14 +88,14 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.sequence, "sequence", false, "trace the packets in order on one node, sharing conntrack entries and set elements (affinity); 'advance 10s' between packets lets time pass")
 	fs.Uint64Var(&o.seed, "seed", 1, "with --sequence, the seed of the random choice of the branch each packet commits (numgen random)")
 	fs.Var(&o.assume, "assume", "keep only the branches that assume this outcome of what a packet cannot decide (repeatable; KEY is one of "+keyNames()+"; e.g. limit=under, xt=continue, xt:physdev=no-match)")
-	fs.Usage = func() { usage(fs) }
+	fs.Usage = func() { usage(fs, o.plugin) }
 	o.rs.AddFlags(fs)
 	return fs
 }
 
 // argNames name the argument of the flags that take one, in the usage text.
 var argNames = map[string]string{
-	"cluster": "FILE", "config": "FILE", "ruleset": "FILE", "node": "NAME", "local": "ADDR,...",
+	"cluster": "FILE", "config": "FILE", "kubeconfig": "FILE", "context": "NAME", "ruleset": "FILE", "node": "NAME", "local": "ADDR,...",
 	"color": "WHEN", "o": "FORMAT", "seed": "N", "cluster-cidr": "CIDR,...", "service-cidr": "CIDR,...",
 	"detect-local-mode": "MODE", "pod-interface-name-prefix": "PREFIX", "nodeport-addresses": "CIDR,...",
 	"iptables-masquerade-bit": "BIT", "table-name": "NAME", "assume": "KEY[:NAME]=VALUE",
@@ -91,9 +103,14 @@ var argNames = map[string]string{
 
 // usage prints the usage text: every flag with its argument, if it takes one, and
 // its default, if it has one.
-func usage(fs *flag.FlagSet) {
+func usage(fs *flag.FlagSet, plugin bool) {
 	w := fs.Output()
-	fmt.Fprintf(w, "usage: nftrace (--cluster FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
+	if plugin {
+		fmt.Fprintf(w, "usage: kubectl nftrace [--kubeconfig FILE] [--context NAME] [--node NAME] [flags] PACKET...\n")
+		fmt.Fprintf(w, "       kubectl nftrace (--cluster FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
+	} else {
+		fmt.Fprintf(w, "usage: nftrace (--cluster FILE | --kubeconfig FILE | --ruleset FILE | --live) [flags] PACKET...\n\n")
+	}
 	fmt.Fprintf(w, "PACKET is e.g. 'tcp 10.0.0.5:40000 -> 172.30.0.41:80 iif eth0' or 'udp [fd00::5]:53000 -> [fd00::10]:53';\n")
 	fmt.Fprintf(w, "with --sequence, 'advance 10s' lets time pass between packets.\n\nflags:\n")
 	fs.VisitAll(func(f *flag.Flag) {
@@ -113,7 +130,12 @@ func usage(fs *flag.FlagSet) {
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
-	o := &options{}
+	return parseFlagsAs(false, args, stderr)
+}
+
+// parseFlagsAs parses the flags of nftrace, or with plugin of kubectl-nftrace.
+func parseFlagsAs(plugin bool, args []string, stderr io.Writer) (*options, []string, error) {
+	o := &options{plugin: plugin}
 	fs := newFlagSet(o, stderr)
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
@@ -124,7 +146,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		o = &options{rs: rs}
+		o = &options{rs: rs, plugin: plugin}
 		fs = newFlagSet(o, stderr)
 		if err := fs.Parse(args); err != nil {
 			return nil, nil, err
@@ -149,8 +171,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, []string, error) {
 
 // run runs nftrace. --help prints the usage on stdout and is no error.
 func run(args []string, stdout, stderr io.Writer) error {
+	return runAs(false, args, stdout, stderr)
+}
+
+// runAs runs nftrace, or with plugin kubectl-nftrace.
+func runAs(plugin bool, args []string, stdout, stderr io.Writer) error {
 	var flagOut bytes.Buffer
-	o, pkts, err := parseFlags(args, &flagOut)
+	o, pkts, err := parseFlagsAs(plugin, args, &flagOut)
 	if errors.Is(err, flag.ErrHelp) {
 		_, err := stdout.Write(flagOut.Bytes())
 		return err
@@ -159,17 +186,19 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	o.apiServer = o.kubeconfig != "" || o.kubeContext != "" ||
+		(o.plugin && o.cluster == "" && o.rulesetFile == "" && !o.live)
 	sources := 0
-	for _, set := range []bool{o.cluster != "", o.rulesetFile != "", o.live} {
+	for _, set := range []bool{o.cluster != "", o.apiServer, o.rulesetFile != "", o.live} {
 		if set {
 			sources++
 		}
 	}
 	if sources != 1 {
-		return errors.New("give exactly one of --cluster FILE, --ruleset FILE or --live")
+		return errors.New("give exactly one of --cluster FILE, --kubeconfig FILE (or --context NAME), --ruleset FILE or --live")
 	}
-	if o.printRuleset && o.cluster == "" {
-		return errors.New("--print-ruleset needs --cluster")
+	if o.printRuleset && o.cluster == "" && !o.apiServer {
+		return errors.New("--print-ruleset needs --cluster or --kubeconfig")
 	}
 	entries, err := parseEntries(pkts, o.sequence)
 	if err != nil {
@@ -264,7 +293,7 @@ var forks = sim.CompileOptions{Forks: true}
 // implies. With --print-ruleset it prints the ruleset and returns a nil program.
 func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, error) {
 	switch {
-	case o.cluster != "":
+	case o.cluster != "" || o.apiServer:
 		fakes, st, err := buildCluster(o, stderr, nil)
 		if err != nil {
 			return nil, nil, err
@@ -279,7 +308,11 @@ func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, err
 		}
 		prog, err := sim.CompileText(text.String())
 		if err != nil {
-			return nil, nil, fmt.Errorf("compiling the ruleset built for %s: %w", o.cluster, err)
+			where := o.cluster
+			if o.apiServer {
+				where = "node " + st.Node.Name
+			}
+			return nil, nil, fmt.Errorf("compiling the ruleset built for %s: %w", where, err)
 		}
 		return prog, st.Node.Addresses, nil
 	case o.rulesetFile != "":
