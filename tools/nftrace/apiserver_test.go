@@ -161,4 +161,9 @@ func TestKubectlPlugin(t *testing.T) {
 	if err := runAs(true, []string{"--context", "nope", pkt}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), `context "nope"`) {
 		t.Errorf("--context nope: error %v, want one naming the context", err)
 	}
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "absent"))
+	t.Setenv("HOME", t.TempDir())
+	if err := runAs(true, []string{pkt}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "kubeconfig: none found: give --kubeconfig FILE") {
+		t.Errorf("without a kubeconfig: error %v, want one saying how to give one", err)
+	}
 }
