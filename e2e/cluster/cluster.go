@@ -236,11 +236,14 @@ func (c *Cluster) build(ctx context.Context) error {
 	if c.Client, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
 		return err
 	}
+	if err := c.applyDeployRBAC(ctx); err != nil {
+		return err
+	}
 	for _, n := range c.Nodes {
 		if err := c.registerNode(ctx, n); err != nil {
 			return err
 		}
-		if err := c.startProxy(n); err != nil {
+		if err := c.startProxy(ctx, n); err != nil {
 			return err
 		}
 	}
@@ -274,8 +277,9 @@ var conntrackFlags = []string{
 	"--conntrack-udp-timeout=0s", "--conntrack-udp-timeout-stream=0s",
 }
 
-// startProxy starts the node's proxy.
-func (c *Cluster) startProxy(n *Node) error {
+// startProxy starts the node's proxy: nftproxy with the DaemonSet's command line and
+// deploy/'s files, kube-proxy as kubeadm runs it but with flags.
+func (c *Cluster) startProxy(ctx context.Context, n *Node) error {
 	var (
 		bin  string
 		args []string
@@ -288,19 +292,19 @@ func (c *Cluster) startProxy(n *Node) error {
 			return fmt.Errorf("node %s: no nftproxy binary (Binaries.BuildNftProxy)", n.Spec.Name)
 		}
 		bin = c.Bin.NftProxy
-		args = []string{"--kubeconfig=" + c.kubeconfigPath("nftproxy"),
-			"--min-sync-period=0s", "--sync-period=30s"}
+		config, kubeconfig, err := c.deployFiles(ctx, n)
+		if err != nil {
+			return err
+		}
+		args = []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name}
 	case KubeProxyNftables:
 		bin = c.Bin.KubeProxy
 		args = []string{"--proxy-mode=nftables", "--kubeconfig=" + c.kubeconfigPath("system:kube-proxy"),
-			"--oom-score-adj=0", "--iptables-min-sync-period=0s", "--iptables-sync-period=30s"}
+			"--hostname-override=" + n.Spec.Name, "--cluster-cidr=" + c.Spec.ClusterCIDR.String(),
+			"--healthz-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249",
+			"--oom-score-adj=0", "--v=2"}
 	}
-	args = append(args, "--hostname-override="+n.Spec.Name, "--cluster-cidr="+c.Spec.ClusterCIDR.String(),
-		"--healthz-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249", "--v=2")
 	args = append(args, conntrackFlags...)
-	if n.Spec.Proxy == NftProxy {
-		args = append(args, "--service-cidr="+c.Spec.ServiceCIDR.String())
-	}
 	p, err := c.start(n.NS, n.Spec.Name+"-"+string(n.Spec.Proxy), bin, args...)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Spec.Name, err)

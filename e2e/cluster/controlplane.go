@@ -27,13 +27,16 @@ import (
 	"github.com/nftproxy/nftproxy/e2e/apiserver"
 )
 
-// Users of the API server, one token each (--token-auth-file). Authorization is
-// AlwaysAllow for now.
+// Users of the API server, one token each (--token-auth-file); authorization is RBAC.
+// kube-proxy is system:kube-proxy, which the bootstrap policy binds to system:node-proxier
+// as in kubeadm clusters. kube-controller-manager runs its controllers under its own
+// credentials (--use-service-account-credentials=false), which the bootstrap role
+// system:kube-controller-manager does not cover, so it is a master. nftproxy uses the
+// token of deploy/'s ServiceAccount (deploy.go).
 var users = []struct{ name, token, groups string }{
 	{"admin", "lab-admin-token", "system:masters"},
-	{"system:kube-controller-manager", "lab-kcm-token", ""},
+	{"system:kube-controller-manager", "lab-kcm-token", "system:masters"},
 	{"system:kube-proxy", "lab-kube-proxy-token", ""},
-	{"nftproxy", "lab-nftproxy-token", ""},
 }
 
 // tokenOf returns the token of user.
@@ -107,7 +110,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--tls-private-key-file="+filepath.Join(dir, "serving.key"),
 		"--cert-dir="+filepath.Join(dir, "certs"),
 		"--token-auth-file="+filepath.Join(dir, "tokens.csv"),
-		"--authorization-mode=AlwaysAllow",
+		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
 		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
