@@ -27,6 +27,9 @@ const (
 	NftProxy Proxy = "nftproxy"
 	// KubeProxyNftables is the real kube-proxy in nftables mode.
 	KubeProxyNftables Proxy = "kube-proxy-nftables"
+	// KubeProxyIptables is the real kube-proxy in iptables mode (iptables-restore as the
+	// machine has it, inside the node's namespace).
+	KubeProxyIptables Proxy = "kube-proxy-iptables"
 	// NoProxy leaves the node without a proxy.
 	NoProxy Proxy = "none"
 )
@@ -96,7 +99,7 @@ func (s *Spec) defaults() error {
 		}
 		seen[n.Name] = true
 		switch n.Proxy {
-		case NftProxy, KubeProxyNftables, NoProxy:
+		case NftProxy, KubeProxyNftables, KubeProxyIptables, NoProxy:
 		default:
 			return fmt.Errorf("node %s: unknown proxy %q", n.Name, n.Proxy)
 		}
@@ -297,9 +300,10 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node) error {
 			return err
 		}
 		args = []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name}
-	case KubeProxyNftables:
+	case KubeProxyNftables, KubeProxyIptables:
+		mode := map[Proxy]string{KubeProxyNftables: "nftables", KubeProxyIptables: "iptables"}[n.Spec.Proxy]
 		bin = c.Bin.KubeProxy
-		args = []string{"--proxy-mode=nftables", "--kubeconfig=" + c.kubeconfigPath("system:kube-proxy"),
+		args = []string{"--proxy-mode=" + mode, "--kubeconfig=" + c.kubeconfigPath("system:kube-proxy"),
 			"--hostname-override=" + n.Spec.Name, "--cluster-cidr=" + c.Spec.ClusterCIDR.String(),
 			"--healthz-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249",
 			"--oom-score-adj=0", "--v=2"}

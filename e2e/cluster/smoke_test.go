@@ -65,12 +65,14 @@ func startCluster(t *testing.T, ctx context.Context, spec Spec) *Cluster {
 }
 
 // TestClusterIPAcrossNodes sends real TCP connections to a ClusterIP whose two pods run on
-// different nodes, from clients behind an nftproxy node and a kube-proxy node, once the
-// real EndpointSlice controller has made the slice.
+// different nodes, from clients behind nftproxy nodes and kube-proxy nodes (nftables and
+// iptables mode), once the real EndpointSlice controller has made the slice.
 func TestClusterIPAcrossNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	c := startCluster(t, ctx, DefaultSpec())
+	spec := DefaultSpec()
+	spec.Nodes = append(spec.Nodes, NodeSpec{Name: "node-d", Proxy: KubeProxyIptables})
+	c := startCluster(t, ctx, spec)
 
 	const echoPort = 8080
 	clusterIP := netip.MustParseAddr("172.30.0.10")
@@ -82,6 +84,7 @@ func TestClusterIPAcrossNodes(t *testing.T) {
 		{Name: "client-a", Node: "node-a"},
 		{Name: "client-b", Node: "node-b"},
 		{Name: "client-c", Node: "node-c"},
+		{Name: "client-d", Node: "node-d"},
 	} {
 		p, err := c.AddPod(ctx, ps)
 		if err != nil {
@@ -134,7 +137,7 @@ func TestClusterIPAcrossNodes(t *testing.T) {
 	const conns = 40
 	dst := netip.AddrPortFrom(clusterIP, 80)
 	req := lab.Request{Proto: lab.TCP, Dst: dst, Timeout: 2 * time.Second}
-	clients := []string{"client-a", "client-b", "client-c"}
+	clients := []string{"client-a", "client-b", "client-c", "client-d"}
 	// The first answer, to every client at once: each node's proxy has programmed the
 	// Service. Measured from the moment the slice was seen.
 	sliced := time.Now()

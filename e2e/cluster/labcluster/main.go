@@ -35,7 +35,7 @@ func main() {
 func run() error {
 	var (
 		nodes = flag.String("nodes", "node-a=nftproxy,node-b=kube-proxy-nftables,node-c=nftproxy",
-			"the nodes, NAME=PROXY comma separated; PROXY is nftproxy, kube-proxy-nftables or none")
+			"the nodes, NAME=PROXY comma separated; PROXY is nftproxy, kube-proxy-nftables, kube-proxy-iptables or none")
 		repo = flag.String("repo", ".", "the repository, where cmd/nftproxy and .cache/apiserver are")
 		demo = flag.Bool("demo", true, "create Service default/web (ClusterIP 172.30.0.10:80) with a pod on each of the first two nodes, and a client pod on every node")
 	)
