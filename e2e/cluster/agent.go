@@ -2,10 +2,14 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
@@ -175,4 +179,34 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 		return nil, fmt.Errorf("pod %s/%s: status: %w", spec.Namespace, spec.Name, err)
 	}
 	return p, nil
+}
+
+// Terminate deletes the pod with a grace period, as `kubectl delete` does: the API server
+// marks it terminating (deletionTimestamp) and the pod keeps running and serving — and
+// Ready, as a kubelet whose readiness probe still passes reports it — until Remove, which
+// the kubelet would do when the containers have exited or the grace period has passed.
+func (c *Cluster) Terminate(ctx context.Context, p *Pod, grace time.Duration) error {
+	secs := int64(grace / time.Second)
+	if secs < 1 {
+		secs = 1 // 0 would delete at once, without a terminating phase
+	}
+	err := c.Client.CoreV1().Pods(p.Spec.Namespace).Delete(ctx, p.Spec.Name, metav1.DeleteOptions{GracePeriodSeconds: &secs})
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: delete with grace %ds: %w", p.Spec.Namespace, p.Spec.Name, secs, err)
+	}
+	return nil
+}
+
+// Remove stops the pod (its echo server and namespace, with which its veth goes) and
+// deletes its object for good, as the kubelet does once the containers have exited.
+func (c *Cluster) Remove(ctx context.Context, p *Pod) error {
+	errs := []error{p.stop(), p.NS.Close()}
+	c.mu.Lock()
+	c.pods = slices.DeleteFunc(c.pods, func(q *Pod) bool { return q == p })
+	c.mu.Unlock()
+	err := c.Client.CoreV1().Pods(p.Spec.Namespace).Delete(ctx, p.Spec.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("pod %s/%s: delete: %w", p.Spec.Namespace, p.Spec.Name, err))
+	}
+	return errors.Join(errs...)
 }

@@ -46,8 +46,10 @@ type NodeSpec struct {
 type Spec struct {
 	Nodes []NodeSpec
 	// Segment is the L2 segment's prefix: the control plane has APIServerAddr in it, node i
-	// (from 0) has the address NodeBase+i.
+	// (from 0) has the address NodeBase+i, and the external namespace, the nodes' default
+	// gateway, has Gateway.
 	Segment       netip.Prefix
+	Gateway       netip.Addr
 	APIServerAddr netip.AddrPort
 	NodeBase      netip.Addr
 	// ClusterCIDR holds the pod CIDRs; node i gets the /24 number i+1 of it.
@@ -73,6 +75,9 @@ func (s *Spec) defaults() error {
 	}
 	if !s.Segment.IsValid() {
 		s.Segment = netip.MustParsePrefix("192.168.80.0/24")
+	}
+	if !s.Gateway.IsValid() {
+		s.Gateway = netip.MustParseAddr("192.168.80.1")
 	}
 	if !s.APIServerAddr.IsValid() {
 		s.APIServerAddr = netip.MustParseAddrPort("192.168.80.2:6443")
@@ -116,9 +121,11 @@ type Cluster struct {
 	// Dir holds the certificates, kubeconfigs, etcd's data and every process's log.
 	Dir string
 	// Segment is the namespace of the L2 segment's bridge; ControlPlane runs etcd,
-	// kube-apiserver and kube-controller-manager.
-	Segment, ControlPlane *lab.NS
-	Nodes                 []*Node
+	// kube-apiserver and kube-controller-manager; External is the nodes' default gateway,
+	// a host that forwards nothing (as the world beyond a real cluster's gateway, it
+	// swallows packets to addresses nobody has), and an external client.
+	Segment, ControlPlane, External *lab.NS
+	Nodes                           []*Node
 	// CACert is the API server's self-signed certificate (PEM).
 	CACert []byte
 	// Kubeconfig is an admin kubeconfig for the API server's segment address.
@@ -211,6 +218,12 @@ func (c *Cluster) build(ctx context.Context) error {
 	if err := plug(c.Segment, "cp", c.ControlPlane, netip.PrefixFrom(c.Spec.APIServerAddr.Addr(), bits)); err != nil {
 		return err
 	}
+	if c.External, err = c.newNS("ext", nil); err != nil {
+		return err
+	}
+	if err := plug(c.Segment, "ext", c.External, netip.PrefixFrom(c.Spec.Gateway, bits)); err != nil {
+		return err
+	}
 	addr := c.Spec.NodeBase
 	for i, ns := range c.Spec.Nodes {
 		n := &Node{Spec: ns, Addr: addr, PodCIDR: c.podCIDR(i)}
@@ -223,8 +236,14 @@ func (c *Cluster) build(ctx context.Context) error {
 			return err
 		}
 	}
-	// Every node routes the other nodes' pod CIDRs to them, as a flat L2 CNI would.
+	// Every node routes the other nodes' pod CIDRs to them, as a flat L2 CNI would, and the
+	// rest to the gateway: without a default route, traffic to a ClusterIP no rule
+	// translates would fail routing before the forward hook, where kube-proxy rejects
+	// Services without endpoints (and the kernel rate-limits its own unreachables).
 	for _, n := range c.Nodes {
+		if err := addRoute(n.NS, "eth0", netip.Prefix{}, c.Spec.Gateway); err != nil {
+			return err
+		}
 		for _, m := range c.Nodes {
 			if m != n {
 				if err := addRoute(n.NS, "eth0", m.PodCIDR, m.Addr); err != nil {

@@ -2,9 +2,10 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,24 +22,51 @@ import (
 // repoRoot is the repository, seen from this package's directory.
 const repoRoot = "../.."
 
-// startCluster builds nftproxy and starts a cluster of spec for t, removed (and checked
-// for leftover namespaces) when t ends. It skips t when the machine or the binaries
-// cannot run it.
+// binaries are built once for the package's tests (TestMain); why says why they are
+// missing.
+var (
+	binaries Binaries
+	why      string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if why = testenv.Missing("nft", "iptables-restore"); why != "" {
+		why = "the cluster lab " + why
+		return m.Run()
+	}
+	var err error
+	if binaries, err = FindBinaries(repoRoot); err != nil {
+		why = "the cluster lab needs the Kubernetes binaries: " + err.Error()
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "nftproxy-cluster-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	start := time.Now()
+	if err := binaries.BuildNftProxy(repoRoot, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("nftproxy built in %v\n", time.Since(start).Round(time.Millisecond))
+	return m.Run()
+}
+
+// startCluster starts a cluster of spec for t, removed (and checked for leftover
+// namespaces) when t ends. It skips t when the machine or the binaries cannot run it.
 func startCluster(t *testing.T, ctx context.Context, spec Spec) *Cluster {
 	t.Helper()
-	testenv.RequireRoot(t, "nft")
-	bin, err := FindBinaries(repoRoot)
-	if err != nil {
-		t.Skip("the cluster lab needs the Kubernetes binaries: " + err.Error())
+	if why != "" {
+		t.Skip(why)
 	}
-	dir := t.TempDir()
 	start := time.Now()
-	if err := bin.BuildNftProxy(repoRoot, dir); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("nftproxy built in %v", time.Since(start).Round(time.Millisecond))
-	start = time.Now()
-	c, err := New(ctx, spec, bin, dir)
+	c, err := New(ctx, spec, binaries, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +92,117 @@ func startCluster(t *testing.T, ctx context.Context, spec Spec) *Cluster {
 	return c
 }
 
+// addPods adds the pods of specs to c, by name.
+func addPods(t *testing.T, ctx context.Context, c *Cluster, specs ...PodSpec) map[string]*Pod {
+	t.Helper()
+	pods := map[string]*Pod{}
+	for _, ps := range specs {
+		p, err := c.AddPod(ctx, ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods[ps.Name] = p
+	}
+	return pods
+}
+
+// createService creates a ClusterIP Service of one TCP port, retrying while the API
+// server has not made its default ServiceCIDR yet.
+func createService(t *testing.T, ctx context.Context, c *Cluster, name string, ip netip.Addr, port, target uint16, selector map[string]string) {
+	t.Helper()
+	svc := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1.ServiceSpec{
+			ClusterIP: ip.String(),
+			Selector:  selector,
+			Ports:     []v1.ServicePort{{Name: "echo", Port: int32(port), TargetPort: intstr.FromInt32(int32(target)), Protocol: v1.ProtocolTCP}},
+		},
+	}
+	err := waitFor(ctx, defaultWait, "create service default/"+name, func() (bool, error) {
+		_, err := c.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// endpointConditions returns the conditions of a Service's endpoints in its
+// EndpointSlices, by pod: ready, serving and terminating as R, S and T, "-" for false.
+func endpointConditions(ctx context.Context, c *Cluster, service string) (map[string]string, error) {
+	list, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx,
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		if s.Labels[discoveryv1.LabelManagedBy] != "endpointslice-controller.k8s.io" {
+			return nil, fmt.Errorf("slice %s managed by %q", s.Name, s.Labels[discoveryv1.LabelManagedBy])
+		}
+		for _, ep := range s.Endpoints {
+			flag := func(b *bool, c string) string {
+				if b != nil && *b {
+					return c
+				}
+				return "-"
+			}
+			name := ""
+			if ep.TargetRef != nil {
+				name = ep.TargetRef.Name
+			}
+			out[name] = flag(ep.Conditions.Ready, "R") + flag(ep.Conditions.Serving, "S") + flag(ep.Conditions.Terminating, "T")
+		}
+	}
+	return out, nil
+}
+
+// waitEndpoints waits until the Service's endpoints and conditions are want.
+func waitEndpoints(t *testing.T, ctx context.Context, c *Cluster, service string, want map[string]string) {
+	t.Helper()
+	var got map[string]string
+	err := waitFor(ctx, defaultWait, fmt.Sprintf("endpoints of default/%s %v", service, want), func() (bool, error) {
+		var err error
+		got, err = endpointConditions(ctx, c, service)
+		return maps.Equal(got, want), err
+	})
+	if err != nil {
+		t.Fatalf("%v; last seen %v", err, got)
+	}
+}
+
+// tally is what n connections from a client reached: answers by pod, and failures by
+// outcome class.
+type tally struct {
+	reached  map[string]int
+	failures map[lab.Outcome]int
+	sources  map[netip.Addr]int // the client addresses the backends saw
+}
+
+func (t tally) String() string {
+	return fmt.Sprintf("reached %v, failed %v", t.reached, t.failures)
+}
+
+// connect makes n TCP connections from p to dst, each given 2s.
+func connect(p *Pod, dst netip.AddrPort, n int) tally {
+	return connectWithin(p, dst, n, 2*time.Second)
+}
+
+// connectWithin makes n TCP connections from p to dst, each given timeout.
+func connectWithin(p *Pod, dst netip.AddrPort, n int, timeout time.Duration) tally {
+	t := tally{reached: map[string]int{}, failures: map[lab.Outcome]int{}, sources: map[netip.Addr]int{}}
+	for range n {
+		r, err := p.Echo(lab.Request{Proto: lab.TCP, Dst: dst, Timeout: timeout})
+		if err != nil {
+			t.failures[lab.Classify(err)]++
+			continue
+		}
+		t.reached[r.Pod]++
+		t.sources[r.Source.Addr()]++
+	}
+	return t
+}
+
 // TestClusterIPAcrossNodes sends real TCP connections to a ClusterIP whose two pods run on
 // different nodes, from clients behind nftproxy nodes and kube-proxy nodes (nftables and
 // iptables mode), once the real EndpointSlice controller has made the slice.
@@ -77,61 +216,17 @@ func TestClusterIPAcrossNodes(t *testing.T) {
 	const echoPort = 8080
 	clusterIP := netip.MustParseAddr("172.30.0.10")
 	web := map[string]string{"app": "web"}
-	pods := map[string]*Pod{}
-	for _, ps := range []PodSpec{
-		{Name: "web-b", Node: "node-b", Labels: web, Ports: []uint16{echoPort}},
-		{Name: "web-c", Node: "node-c", Labels: web, Ports: []uint16{echoPort}},
-		{Name: "client-a", Node: "node-a"},
-		{Name: "client-b", Node: "node-b"},
-		{Name: "client-c", Node: "node-c"},
-		{Name: "client-d", Node: "node-d"},
-	} {
-		p, err := c.AddPod(ctx, ps)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pods[ps.Name] = p
-	}
-
+	pods := addPods(t, ctx, c,
+		PodSpec{Name: "web-b", Node: "node-b", Labels: web, Ports: []uint16{echoPort}},
+		PodSpec{Name: "web-c", Node: "node-c", Labels: web, Ports: []uint16{echoPort}},
+		PodSpec{Name: "client-a", Node: "node-a"},
+		PodSpec{Name: "client-b", Node: "node-b"},
+		PodSpec{Name: "client-c", Node: "node-c"},
+		PodSpec{Name: "client-d", Node: "node-d"},
+	)
 	start := time.Now()
-	svc := &v1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-		Spec: v1.ServiceSpec{
-			ClusterIP: clusterIP.String(),
-			Selector:  web,
-			Ports:     []v1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(echoPort), Protocol: v1.ProtocolTCP}},
-		},
-	}
-	// The default ServiceCIDR is made by a controller of the API server just after start.
-	err := waitFor(ctx, defaultWait, "create service default/web", func() (bool, error) {
-		_, err := c.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = waitFor(ctx, defaultWait, "EndpointSlice of default/web with 2 ready endpoints", func() (bool, error) {
-		list, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx,
-			metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=web"})
-		if err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, s := range list.Items {
-			if s.Labels[discoveryv1.LabelManagedBy] != "endpointslice-controller.k8s.io" {
-				return false, fmt.Errorf("slice %s managed by %q", s.Name, s.Labels[discoveryv1.LabelManagedBy])
-			}
-			for _, ep := range s.Endpoints {
-				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					ready++
-				}
-			}
-		}
-		return ready == 2, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	createService(t, ctx, c, "web", clusterIP, 80, echoPort, web)
+	waitEndpoints(t, ctx, c, "web", map[string]string{"web-b": "RS-", "web-c": "RS-"})
 	t.Logf("EndpointSlice made by the controller %v after the Service", time.Since(start).Round(time.Millisecond))
 
 	const conns = 40
@@ -161,24 +256,18 @@ func TestClusterIPAcrossNodes(t *testing.T) {
 			t.Errorf("%s on %s (%s): %v", client, node.Spec.Name, node.Spec.Proxy, errs[i])
 			continue
 		}
-		reached := map[string]int{}
-		var failed []error
-		for range conns {
-			r, err := p.Echo(req)
-			if err != nil {
-				failed = append(failed, err)
-				continue
-			}
-			reached[r.Pod]++
-			if r.Source.Addr() != p.Addr {
-				t.Errorf("%s: the backend %s saw source %s, want the pod's own %s", client, r.Pod, r.Source, p.Addr)
+		got := connect(p, dst, conns)
+		for src := range got.sources {
+			if src != p.Addr {
+				t.Errorf("%s: a backend saw source %s, want the pod's own %s", client, src, p.Addr)
 			}
 		}
-		t.Logf("%s on %s (%s): first answer %v after the slice; then %d connections to %s, %d failed, reached %v",
-			client, node.Spec.Name, node.Spec.Proxy, firsts[i].Round(time.Millisecond), conns, dst, len(failed), reached)
-		if len(failed) > 0 {
-			t.Errorf("%s: %d of %d connections failed: %v", client, len(failed), conns, errors.Join(failed...))
+		t.Logf("%s on %s (%s): first answer %v after the slice; then %d connections to %s: %v",
+			client, node.Spec.Name, node.Spec.Proxy, firsts[i].Round(time.Millisecond), conns, dst, got)
+		if len(got.failures) > 0 {
+			t.Errorf("%s: connections failed: %v", client, got.failures)
 		}
+		reached := got.reached
 		if reached["web-b"] == 0 || reached["web-c"] == 0 {
 			t.Errorf("%s reached %v, want both web-b and web-c", client, reached)
 		}
