@@ -2,20 +2,15 @@ package apiserver
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
-	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,7 +141,7 @@ func (p *Process) Tail(n int64) string {
 // files in dir, and waits until the API server is ready.
 func StartControlPlane(ctx context.Context, ns *lab.NS, dir, apiserverBin, etcdBin string) (*ControlPlane, error) {
 	cp := &ControlPlane{ns: ns, dir: dir}
-	certPEM, keyPEM, err := selfSignedServing()
+	certPEM, keyPEM, err := ServingCert("nftproxy-e2e-apiserver", netip.MustParseAddr("127.0.0.1"))
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +202,7 @@ func StartControlPlane(ctx context.Context, ns *lab.NS, dir, apiserverBin, etcdB
 	if err := clientcmd.WriteToFile(cp.kubeconfig(), cp.Kubeconfig); err != nil {
 		return nil, errors.Join(err, cp.Stop())
 	}
-	if err := cp.waitReady(ctx, apiserver, etcd); err != nil {
+	if err := WaitReady(ctx, cp.ns, apiserverHost, adminToken, cp.CACert, apiserver, etcd); err != nil {
 		return nil, errors.Join(err, cp.Stop())
 	}
 	return cp, nil
@@ -239,50 +234,7 @@ func (cp *ControlPlane) RESTConfig() *rest.Config {
 
 // DialContext dials inside the control plane's namespace.
 func (cp *ControlPlane) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := cp.ns.Do(func() error {
-		var err error
-		c, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
-}
-
-func (cp *ControlPlane) waitReady(ctx context.Context, procs ...*Process) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(cp.CACert)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext:     cp.DialContext,
-		TLSClientConfig: &tls.Config{RootCAs: pool},
-	}}
-	deadline := time.Now().Add(3 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		for _, p := range procs {
-			if p.Exited() {
-				return fmt.Errorf("%s exited (%v):\n%s", p.Name, p.err, p.Tail(4000))
-			}
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+apiserverHost+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		resp, err := hc.Do(req)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("kube-apiserver not ready within 3m: %s\n%s", last, procs[0].Tail(4000))
+	return DialIn(ctx, cp.ns, network, addr)
 }
 
 // Stop stops the API server, then etcd.
@@ -292,35 +244,4 @@ func (cp *ControlPlane) Stop() error {
 	}
 	cp.procs = nil
 	return nil
-}
-
-// selfSignedServing returns a self-signed certificate for 127.0.0.1 and localhost,
-// usable as its own CA.
-func selfSignedServing() (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "nftproxy-e2e-apiserver"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:              []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
 }

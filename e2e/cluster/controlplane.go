@@ -2,23 +2,15 @@ package cluster
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"io"
-	"math/big"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -53,7 +45,7 @@ func tokenOf(user string) string {
 // kube-controller-manager in c.ControlPlane and waits until the API server is ready.
 func (c *Cluster) startControlPlane(ctx context.Context) error {
 	dir := c.Dir
-	certPEM, keyPEM, err := servingCert(c.Spec.APIServerAddr.Addr(), netip.MustParseAddr("127.0.0.1"), firstIP(c.Spec.ServiceCIDR))
+	certPEM, keyPEM, err := apiserver.ServingCert("nftproxy-cluster-lab", c.Spec.APIServerAddr.Addr(), netip.MustParseAddr("127.0.0.1"), firstIP(c.Spec.ServiceCIDR))
 	if err != nil {
 		return err
 	}
@@ -122,7 +114,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.waitReady(ctx, apiserverProc, etcd); err != nil {
+	if err := apiserver.WaitReady(ctx, c.ControlPlane, c.Spec.APIServerAddr.String(), tokenOf("admin"), c.CACert, apiserverProc, etcd); err != nil {
 		return err
 	}
 	// The EndpointSlice controllers make the slices; the serviceaccount controller makes
@@ -175,84 +167,8 @@ func (c *Cluster) RESTConfig() *rest.Config {
 
 // DialContext dials inside the control plane's namespace.
 func (c *Cluster) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	var conn net.Conn
-	err := c.ControlPlane.Do(func() error {
-		var err error
-		conn, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
-		return err
-	})
-	return conn, err
-}
-
-func (c *Cluster) waitReady(ctx context.Context, procs ...*apiserver.Process) error {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.CACert)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext:     c.DialContext,
-		TLSClientConfig: &tls.Config{RootCAs: pool},
-	}}
-	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(3 * time.Minute)
-	var last string
-	for time.Now().Before(deadline) {
-		for _, p := range procs {
-			if p.Exited() {
-				return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(4000))
-			}
-		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+c.Spec.APIServerAddr.String()+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+tokenOf("admin"))
-		resp, err := hc.Do(req)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("kube-apiserver not ready within 3m: %s\n%s", last, procs[0].Tail(4000))
+	return apiserver.DialIn(ctx, c.ControlPlane, network, addr)
 }
 
 // firstIP is the first address of p after its network address (the kubernetes Service's).
 func firstIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
-
-// servingCert returns a self-signed certificate for ips, usable as its own CA.
-func servingCert(ips ...netip.Addr) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: "nftproxy-cluster-lab"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		DNSNames:              []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-	}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(ip.AsSlice()))
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
-}
