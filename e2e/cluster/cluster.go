@@ -300,8 +300,8 @@ var conntrackFlags = []string{
 }
 
 // startProxy starts the node's proxy: nftproxy with the DaemonSet's command line and
-// deploy/'s files, kube-proxy as kubeadm runs it but with flags.
-func (c *Cluster) startProxy(ctx context.Context, n *Node) error {
+// deploy/'s files, kube-proxy as kubeadm runs it but with flags; extra flags come last.
+func (c *Cluster) startProxy(ctx context.Context, n *Node, extra ...string) error {
 	var (
 		bin  string
 		args []string
@@ -328,6 +328,7 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node) error {
 			"--oom-score-adj=0", "--v=2"}
 	}
 	args = append(args, conntrackFlags...)
+	args = append(args, extra...)
 	p, err := c.start(n.NS, n.Spec.Name+"-"+string(n.Spec.Proxy), bin, args...)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Spec.Name, err)
