@@ -54,6 +54,10 @@ type PodSpec struct {
 	Labels map[string]string
 	// Ports are the TCP ports the pod's echo server answers on (and declares).
 	Ports []uint16
+	// DeclaredPorts are container ports the Pod object declares besides Ports, which no
+	// echo server answers: named ports (a Service's named targetPort resolves through
+	// them, by name and protocol) and ports of other protocols.
+	DeclaredPorts []v1.ContainerPort
 }
 
 // Pod is a pod namespace behind its node, with its echo server and its API object.
@@ -103,6 +107,7 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	for _, p := range spec.Ports {
 		ports = append(ports, v1.ContainerPort{ContainerPort: int32(p), Protocol: v1.ProtocolTCP})
 	}
+	ports = append(ports, spec.DeclaredPorts...)
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: spec.Namespace, Name: spec.Name, Labels: spec.Labels},
 		Spec: v1.PodSpec{
