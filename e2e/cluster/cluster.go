@@ -154,8 +154,9 @@ type Node struct {
 	// ProxyProcess is the running proxy, nil with NoProxy.
 	ProxyProcess *apiserver.Process
 
-	mu      sync.Mutex
-	nextPod int // pods made so far, for veth names and addresses
+	mu          sync.Mutex
+	nextPod     int // pods made so far, for veth names and addresses
+	proxyStarts int // proxies started so far, for their logs' names
 }
 
 // New builds the cluster of spec in fresh namespaces with its files in dir, starts the
@@ -224,32 +225,9 @@ func (c *Cluster) build(ctx context.Context) error {
 	if err := plug(c.Segment, "ext", c.External, netip.PrefixFrom(c.Spec.Gateway, bits)); err != nil {
 		return err
 	}
-	addr := c.Spec.NodeBase
-	for i, ns := range c.Spec.Nodes {
-		n := &Node{Spec: ns, Addr: addr, PodCIDR: c.podCIDR(i)}
-		addr = addr.Next()
-		if n.NS, err = c.newNS(ns.Name, routerSysctls); err != nil {
+	for _, ns := range c.Spec.Nodes {
+		if _, err := c.plugNode(ns); err != nil {
 			return err
-		}
-		c.Nodes = append(c.Nodes, n)
-		if err := plug(c.Segment, fmt.Sprintf("n%d", i), n.NS, netip.PrefixFrom(n.Addr, bits)); err != nil {
-			return err
-		}
-	}
-	// Every node routes the other nodes' pod CIDRs to them, as a flat L2 CNI would, and the
-	// rest to the gateway: without a default route, traffic to a ClusterIP no rule
-	// translates would fail routing before the forward hook, where kube-proxy rejects
-	// Services without endpoints (and the kernel rate-limits its own unreachables).
-	for _, n := range c.Nodes {
-		if err := addRoute(n.NS, "eth0", netip.Prefix{}, c.Spec.Gateway); err != nil {
-			return err
-		}
-		for _, m := range c.Nodes {
-			if m != n {
-				if err := addRoute(n.NS, "eth0", m.PodCIDR, m.Addr); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	if err := c.startControlPlane(ctx); err != nil {
@@ -270,6 +248,45 @@ func (c *Cluster) build(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// plugNode creates the namespace of node number len(c.Nodes), plugs it into the segment
+// and routes: every node routes the other nodes' pod CIDRs to them, as a flat L2 CNI
+// would, and the rest to the gateway: without a default route, traffic to a ClusterIP no
+// rule translates would fail routing before the forward hook, where kube-proxy rejects
+// Services without endpoints (and the kernel rate-limits its own unreachables).
+func (c *Cluster) plugNode(spec NodeSpec) (*Node, error) {
+	i := len(c.Nodes)
+	n := &Node{Spec: spec, Addr: c.nodeAddr(i), PodCIDR: c.podCIDR(i)}
+	var err error
+	if n.NS, err = c.newNS(spec.Name, routerSysctls); err != nil {
+		return nil, err
+	}
+	if err := plug(c.Segment, fmt.Sprintf("n%d", i), n.NS, netip.PrefixFrom(n.Addr, c.Spec.Segment.Bits())); err != nil {
+		return nil, err
+	}
+	if err := addRoute(n.NS, "eth0", netip.Prefix{}, c.Spec.Gateway); err != nil {
+		return nil, err
+	}
+	for _, m := range c.Nodes {
+		if err := addRoute(n.NS, "eth0", m.PodCIDR, m.Addr); err != nil {
+			return nil, err
+		}
+		if err := addRoute(m.NS, "eth0", n.PodCIDR, n.Addr); err != nil {
+			return nil, err
+		}
+	}
+	c.Nodes = append(c.Nodes, n)
+	return n, nil
+}
+
+// nodeAddr is the segment address of node i: NodeBase+i.
+func (c *Cluster) nodeAddr(i int) netip.Addr {
+	a := c.Spec.NodeBase
+	for range i {
+		a = a.Next()
+	}
+	return a
 }
 
 // podCIDR is the pod CIDR of node i: the /24 number i+1 of the cluster CIDR.
@@ -329,7 +346,12 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node, extra ...string) erro
 	}
 	args = append(args, conntrackFlags...)
 	args = append(args, extra...)
-	p, err := c.start(n.NS, n.Spec.Name+"-"+string(n.Spec.Proxy), bin, args...)
+	// Each start of a node's proxy has its own log.
+	label := n.Spec.Name + "-" + string(n.Spec.Proxy)
+	if n.proxyStarts++; n.proxyStarts > 1 {
+		label += fmt.Sprintf("-%d", n.proxyStarts)
+	}
+	p, err := c.start(n.NS, label, bin, args...)
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Spec.Name, err)
 	}
