@@ -183,9 +183,12 @@ func (t tally) String() string {
 	return fmt.Sprintf("reached %v, failed %v", t.reached, t.failures)
 }
 
-// connect makes n TCP connections from p to dst, each given 2s.
+// connect makes n TCP connections from p to dst, each given 4s: time for two SYN
+// retransmissions. A reject's ICMP error can reach the client while connect() still holds
+// the socket, and the kernel then keeps it as a soft error until the next retransmission
+// (after 1s, then 3s) draws another.
 func connect(p *Pod, dst netip.AddrPort, n int) tally {
-	return connectWithin(p, dst, n, 2*time.Second)
+	return connectWithin(p, dst, n, 4*time.Second)
 }
 
 // connectWithin makes n TCP connections from p to dst, each given timeout.
