@@ -32,6 +32,9 @@ type Conn struct {
 	DNAT, SNAT, Masquerade bool
 	// Mark is the connection mark (ct mark).
 	Mark uint32
+	// Zone is the conntrack zone the entry lives in; packets of other zones do not
+	// find it.
+	Zone uint16
 }
 
 // String renders the entry as "ORIGINAL => REPLY [dnat] [snat]".

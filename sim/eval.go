@@ -39,13 +39,17 @@ type pktState struct {
 	reply      bool           // the packet travels in the entry's reply direction
 	ctStatus   uint32
 	ctMark     uint32
-	orig       Tuple // tuple when conntrack first saw the packet
-	natDone    [2]bool
-	bound      [2]bool
-	binding    [2]netip.AddrPort
-	masq       bool
-	dnatted    bool
-	snatted    bool
+	// zone is the conntrack zone (ct zone set before conntrack); zoneDir limits it
+	// to one direction (ctDirOriginal or ctDirReply), 0 for both.
+	zone    uint16
+	zoneDir uint8
+	orig    Tuple // tuple when conntrack first saw the packet
+	natDone [2]bool
+	bound   [2]bool
+	binding [2]netip.AddrPort
+	masq    bool
+	dnatted bool
+	snatted bool
 }
 
 const (
@@ -656,7 +660,7 @@ func (c *evalCtx) attach() {
 		c.step(Step{Kind: StepConntrack, Depth: 1, Rule: -1, Detail: "invalid (as the packet says)"})
 		return
 	}
-	if conn, reply, ok := c.rt.ct.lookup(st.orig); ok {
+	if conn, reply, ok := c.rt.ct.lookup(st.orig); ok && conn.Zone == st.zone {
 		st.conn = conn
 		st.reply = reply
 		st.ctStatus = ctsConfirmed | ctsSeenReply | ctsAssured
@@ -693,7 +697,7 @@ func (c *evalCtx) confirm() {
 	st.ctStatus |= ctsConfirmed
 	orig, reply := st.tuples()
 	conn := &Conn{Original: orig, Reply: reply, DNAT: st.bound[manipDst], SNAT: st.bound[manipSrc],
-		Masquerade: st.masq, Mark: st.ctMark}
+		Masquerade: st.masq, Mark: st.ctMark, Zone: st.zone}
 	c.run.conn = conn
 	c.step(Step{Kind: StepConntrack, Depth: 1, Rule: -1, Detail: "confirmed " + conn.String()})
 }

@@ -203,6 +203,8 @@ func (e *ctExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 		return append(b, 10), true
 	case "protocol":
 		return append(b, byte(st.proto)), true
+	case "zone":
+		return append(b, be32(uint32(st.zoneID(e.dir)))...), true
 	}
 	orig, reply := st.tuples()
 	t := orig
@@ -286,9 +288,43 @@ func (e *fibExpr) eval(c *evalCtx, b []byte) ([]byte, bool) {
 		a = c.st.src.Addr()
 	}
 	if e.result == "type" {
-		return append(b, be32(c.rt.addrType(a))...), true
+		return append(b, be32(c.fibType(e, a))...), true
 	}
 	return appendIfname(b, c.fibOIf(e, a)), true
+}
+
+// fibType is the address type of a. Bound to an interface (". iif", ". oif"), a
+// node address counts as local only on the interface that holds it, as
+// inet_dev_addr_type answers: on any other it is unicast. The interface holding an
+// address is lo for loopback addresses, else the one of its route (Env.Routes).
+func (c *evalCtx) fibType(e *fibExpr, a netip.Addr) uint32 {
+	t := c.rt.addrType(a)
+	dev := ""
+	switch {
+	case t != 2:
+		return t
+	case strings.Contains(e.extra, "iif"):
+		dev = c.st.iif
+	case strings.Contains(e.extra, "oif"):
+		dev = c.st.oif
+	}
+	if dev == "" {
+		return t
+	}
+	holder := "lo"
+	if !a.IsLoopback() {
+		r, ok := c.rt.env.route(a)
+		if !ok {
+			c.note("fib: the interface holding " + a.String() + " is unknown (no route in Env.Routes), taken to be " + dev)
+			return t
+		}
+		holder = r.Dev
+	}
+	if holder != dev {
+		c.note("fib: " + a.String() + " is on " + holder + ", not " + dev + ": unicast")
+		return 1
+	}
+	return t
 }
 
 // fibOIf is the interface a fib lookup of a finds, "" for none (fib ... oif

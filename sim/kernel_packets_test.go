@@ -229,6 +229,7 @@ const kernelForwardRules = `table ip t {
 		fib saddr . mark . iif oif exists counter
 		fib daddr type local counter
 		fib daddr . iif type local counter
+		fib daddr . iif type unicast counter
 		fib daddr oif missing counter
 		fib daddr oif exists counter
 		fib daddr . iif oif exists counter
@@ -282,12 +283,14 @@ nft list ruleset
 `
 
 // kernelForwardSend sends from the client a datagram forwarded to 10.8.0.5, one to
-// the node, and one to the node with a spoofed source (10.8.0.99, routed by d0).
+// the node, one to the node's address on d0 (local, but not on the interface it came
+// in by), and one to the node with a spoofed source (10.8.0.99, routed by d0).
 const kernelForwardSend = `import socket, struct
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("10.9.0.2", 40000))
 s.sendto(b"", ("10.8.0.5", 9))
 s.sendto(b"", ("10.9.0.1", 9))
+s.sendto(b"", ("10.8.0.1", 9))
 r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
 udp = struct.pack("!HHHH", 40000, 9, 8, 0)
 ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28, 1, 0x4000, 64, 17, 0, socket.inet_aton("10.8.0.99"), socket.inet_aton("10.9.0.1"))
@@ -321,6 +324,7 @@ func TestKernelForwardedPackets(t *testing.T) {
 	sim := simCounts(t, mustCompile(t, kernelForwardRules), env, []string{
 		"udp 10.9.0.2:40000 -> 10.8.0.5:9 iif v0",
 		"udp 10.9.0.2:40000 -> 10.9.0.1:9 iif v0",
+		"udp 10.9.0.2:40000 -> 10.8.0.1:9 iif v0",
 		"udp 10.8.0.99:40000 -> 10.9.0.1:9 iif v0",
 	})
 	compareCounts(t, kernelCounts(t, string(out)), sim, kernelForwardRules, string(out))

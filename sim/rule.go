@@ -193,6 +193,9 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 			// ...), which a single packet's trace does not reach.
 			return &noopStmt{txt: rp.textFrom(start)}, nil
 		}
+		if rp.isWord(1, "zone") && rp.isWord(2, "set") || (rp.isWord(1, "original") || rp.isWord(1, "reply")) && rp.isWord(2, "zone") && rp.isWord(3, "set") {
+			return rp.parseCTZoneSet(start)
+		}
 		if rp.isWord(1, "mark") && rp.isWord(2, "set") {
 			rp.next()
 			rp.next()

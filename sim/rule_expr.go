@@ -378,6 +378,8 @@ func (rp *ruleParser) parseCT(ct token) (expr, error) {
 		e.vtyp = nftdata.NFProto
 	case "protocol":
 		e.vtyp = nftdata.InetProto
+	case "zone":
+		e.vtyp = nftdata.Integer32
 	case "proto-src", "proto-dst":
 		if err := rp.checkPortContext(ct, e); err != nil {
 			return nil, err
