@@ -58,6 +58,9 @@ type PodSpec struct {
 	// echo server answers: named ports (a Service's named targetPort resolves through
 	// them, by name and protocol) and ports of other protocols.
 	DeclaredPorts []v1.ContainerPort
+	// StreamPorts are TCP ports where the pod answers every line of a connection until
+	// the client closes it (long-lived connections, see Traffic), declared too.
+	StreamPorts []uint16
 }
 
 // Pod is a pod namespace behind its node, with its echo server and its API object.
@@ -69,14 +72,19 @@ type Pod struct {
 	// HostVeth is the name of the pod veth's end in the node's namespace.
 	HostVeth string
 
-	echo *lab.EchoServer
+	echo   *lab.EchoServer
+	stream *streamServer
 }
 
 func (p *Pod) stop() error {
-	if p.echo == nil {
-		return nil
+	var errs []error
+	if p.echo != nil {
+		errs = append(errs, p.echo.Stop())
 	}
-	return p.echo.Stop()
+	if p.stream != nil {
+		errs = append(errs, p.stream.stop())
+	}
+	return errors.Join(errs...)
 }
 
 // AddPod creates the Pod object bound to its node, wires a pod namespace behind the node
@@ -105,6 +113,9 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 
 	var ports []v1.ContainerPort
 	for _, p := range spec.Ports {
+		ports = append(ports, v1.ContainerPort{ContainerPort: int32(p), Protocol: v1.ProtocolTCP})
+	}
+	for _, p := range spec.StreamPorts {
 		ports = append(ports, v1.ContainerPort{ContainerPort: int32(p), Protocol: v1.ProtocolTCP})
 	}
 	ports = append(ports, spec.DeclaredPorts...)
@@ -158,6 +169,11 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 			eps = append(eps, lab.EchoPort{Proto: lab.TCP, Port: port}, lab.EchoPort{Proto: lab.UDP, Port: port})
 		}
 		if p.echo, err = lab.StartEcho(ns, spec.Name, []netip.Addr{addr}, eps); err != nil {
+			return nil, err
+		}
+	}
+	if len(spec.StreamPorts) > 0 {
+		if p.stream, err = startStreamServer(ns, spec.Name, addr, spec.StreamPorts); err != nil {
 			return nil, err
 		}
 	}

@@ -331,11 +331,10 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node, extra ...string) erro
 			return fmt.Errorf("node %s: no nftproxy binary (Binaries.BuildNftProxy)", n.Spec.Name)
 		}
 		bin = c.Bin.NftProxy
-		config, kubeconfig, err := c.deployFiles(ctx, n)
-		if err != nil {
+		var err error
+		if args, err = c.nftproxyArgs(ctx, n); err != nil {
 			return err
 		}
-		args = []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name}
 	case KubeProxyNftables, KubeProxyIptables:
 		mode := map[Proxy]string{KubeProxyNftables: "nftables", KubeProxyIptables: "iptables"}[n.Spec.Proxy]
 		bin = c.Bin.KubeProxy
@@ -357,6 +356,16 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node, extra ...string) erro
 	}
 	n.ProxyProcess = p
 	return nil
+}
+
+// nftproxyArgs writes deploy/'s files for the node and returns the DaemonSet's command
+// line for them.
+func (c *Cluster) nftproxyArgs(ctx context.Context, n *Node) ([]string, error) {
+	config, kubeconfig, err := c.deployFiles(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name}, nil
 }
 
 // Node returns the node called name, or nil.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -116,33 +114,6 @@ func connectFrom(ns *lab.NS, dst netip.AddrPort, n int, timeout time.Duration) t
 		t.sources[r.Source.Addr()]++
 	}
 	return t
-}
-
-// httpGet gets url from inside ns.
-func httpGet(ctx context.Context, ns *lab.NS, url string) (int, string, error) {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var conn net.Conn
-			err := ns.Do(func() error {
-				var err error
-				conn, err = (&net.Dialer{Timeout: time.Second}).DialContext(ctx, network, addr)
-				return err
-			})
-			return conn, err
-		},
-	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
 }
 
 // localEndpoints reads localEndpoints from a health-check answer, -1 if absent.
