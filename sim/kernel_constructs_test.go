@@ -59,6 +59,43 @@ var kernelConstructs = []kernelConstruct{
 		send: udpSend(9, 10, 11, 12),
 		pkts: udpPkts(9, 10, 11, 12),
 	},
+	{
+		// A connection's SYN and its first ACK (the client then resets it).
+		name: "tcp options",
+		rules: `table inet o {
+	chain in {
+		type filter hook input priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		meta l4proto != tcp accept
+		tcp flags rst accept
+		tcp option maxseg exists counter
+		tcp option maxseg size 65495 counter
+		tcp option maxseg size 1460 counter
+		tcp option sack-perm exists counter
+		tcp option sack-perm missing counter
+		tcp option timestamp exists counter
+		tcp option window exists counter
+		tcp option window count 10 counter
+		tcp option mptcp exists counter
+		tcp option md5sig missing counter
+		tcp option nop exists counter
+		tcp option timestamp length 10 counter
+		tcp option sack0 exists counter
+	}
+}
+`,
+		send: `import socket, struct
+l = socket.socket()
+l.bind(("127.0.0.2", 8))
+l.listen()
+c = socket.socket()
+c.bind(("127.0.0.1", 40000))
+c.connect(("127.0.0.2", 8))
+c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+c.close()
+`,
+		pkts: []string{"tcp 127.0.0.1:40000 -> 127.0.0.2:8", "tcp 127.0.0.1:40000 -> 127.0.0.2:8 ct established"},
+	},
 }
 
 // udpSend is a python script sending an empty datagram from 127.0.0.1:40000 to each

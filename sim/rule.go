@@ -178,7 +178,7 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 			return rp.parseMetaSet(start)
 		}
 	case "tcp":
-		if rp.isWord(1, "option") {
+		if rp.isWord(1, "option") && rp.isWord(2, "maxseg") && rp.isWord(3, "size") && rp.isWord(4, "set") {
 			return rp.parseTCPOption()
 		}
 	case "ct":
@@ -248,22 +248,12 @@ func (p *parser) addRef(v *verdict, tab *table, ctx CompileError) {
 }
 
 // parseTCPOption reads "tcp option maxseg size set rt mtu|N", which clamps the MSS of
-// a SYN: the simulator's packets carry no options, so it changes nothing they show.
-// Matches on TCP options are not supported.
+// a SYN. Later rules' "tcp option maxseg size" still read the packet's own MSS: the
+// clamp is noted as a statement of the trace, not applied to the packet.
 func (rp *ruleParser) parseTCPOption() (stmt, error) {
 	start := rp.i
-	rp.next()
-	opt := rp.next()
-	o := rp.next()
-	if !rp.isWord(0, "size") || o.text != "maxseg" {
-		if o.text == "maxseg" && rp.isWord(0, "size") {
-			o = rp.peek()
-		}
-		return nil, errAt(o, "unsupported tcp option %s (only \"maxseg size set\")", o.show())
-	}
-	rp.next()
-	if !rp.isWord(0, "set") {
-		return nil, errAt(opt, "matches on tcp options are not supported (only \"tcp option maxseg size set\")")
+	for range 4 {
+		rp.next() // tcp option maxseg size
 	}
 	rp.next()
 	v := rp.next()

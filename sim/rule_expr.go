@@ -300,6 +300,9 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 		rp.l4proto, rp.l4known = byte(proto), true
 		return &icmpField{proto: proto, field: f.text}, nil
 	case "tcp", "udp", "sctp", "th":
+		if t.text == "tcp" && rp.isWord(0, "option") {
+			return rp.parseTCPOptExpr()
+		}
 		allowed := []string{"sport", "dport"}
 		if t.text == "tcp" {
 			allowed = append(allowed, "flags")
