@@ -9,6 +9,7 @@
 //
 //	go run ./tools/bench            # full run, N = 1k, 10k, 50k (about 10 minutes)
 //	go run ./tools/bench --quick    # N <= 10k (about 2 minutes)
+//	go run ./tools/bench --peer     # beside the real kube-proxy on a real API server
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -100,6 +102,7 @@ type options struct {
 	out            string
 	phases         map[string]bool
 	seed           uint64
+	peer           peerOptions
 	args           []string
 }
 
@@ -126,8 +129,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "bench-results", "output directory")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the Service changes")
+	checkPeer := peerFlags(fs, &o.peer)
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if err := checkPeer(); err != nil {
+		return o, err
+	}
+	outSet := false
+	fs.Visit(func(f *flag.Flag) { outSet = outSet || f.Name == "out" })
+	if o.peer.enabled && !outSet {
+		o.out = filepath.Join(o.out, "peer") // beside a full run's results, not over them
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -225,6 +237,9 @@ func run(ctx context.Context, o options, p *progress) (*Results, error) {
 	r := &benchRun{ctx: ctx, o: o, p: p, res: &Results{Meta: meta(o)}}
 	start := time.Now()
 	defer func() { r.res.Meta.Seconds = time.Since(start).Seconds() }()
+	if o.peer.enabled {
+		return r.res, runPeer(ctx, o.peer, p, r.res)
+	}
 	if o.phases["baseline"] || o.phases["dataplane"] {
 		if _, err := exec.LookPath(restoreBinary(o.backend)); err != nil {
 			r.fail(fmt.Errorf("baseline: %s not found (make deps installs iptables): skipping the baseline", restoreBinary(o.backend)))

@@ -18,6 +18,7 @@ type Results struct {
 	Baseline  []*BaselineResult `json:"baseline"`
 	DataPlane []DataPlaneResult `json:"data_plane"`
 	Sim       []SimResult       `json:"simulator"`
+	Peer      *PeerResults      `json:"peer,omitempty"`
 	Targets   []Target          `json:"targets"`
 	// Errors lists the phases that failed; the rest of the results stand.
 	Errors []string `json:"errors,omitempty"`
@@ -207,6 +208,12 @@ func (r *Results) markdown() string {
 	w("%s, %d CPUs, kernel %s, %s, %s. Run %s, %.0f s%s.", m.Go, m.CPUs, m.Kernel, m.Nft, m.IptablesLegacy,
 		m.Started.Format("2006-01-02 15:04 MST"), m.Seconds, map[bool]string{true: " (--quick)", false: ""}[m.Quick])
 	w("")
+	if r.Peer != nil {
+		b.WriteString(r.Peer.markdown())
+		if len(r.Control) == 0 && len(r.Baseline) == 0 {
+			return b.String() // a --peer run
+		}
+	}
 	w("Clusters: N Services x %d endpoints; at the largest N: %d ClusterIP, %d NodePort, %d LoadBalancer, %d externalTrafficPolicy Local, %d sessionAffinity ClientIP, %d loadBalancerSourceRanges, %d UDP.",
 		m.EndpointsPerService, r.Mix.ClusterIP, r.Mix.NodePort, r.Mix.LoadBalancer, r.Mix.ETPLocal, r.Mix.Affinity, r.Mix.SourceRanges, r.Mix.UDP)
 	w("Ours: `%s` through real knftables into a fresh network namespace. Baseline: upstream kube-proxy's iptables-mode layout loaded with `%s` into another fresh namespace.", m.Path, m.Baseline)
