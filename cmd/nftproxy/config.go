@@ -114,6 +114,10 @@ type Options struct {
 	Conntrack conntrack.Sysctls
 	// Cleanup asks to remove the tables and exit.
 	Cleanup bool
+	// CleanupAfterSync is a table of another proxy (kube-proxy's) to delete in both
+	// families once every family has synced: taking a node over without a moment
+	// without rules.
+	CleanupAfterSync string
 	// Version asks to print the version and exit; InitOnly to exit once the
 	// configuration is checked (kube-proxy's --init-only).
 	Version, InitOnly bool
@@ -129,6 +133,7 @@ type Options struct {
 type commandFlags struct {
 	config        string
 	cleanup       bool
+	cleanupAfter  string
 	version       bool
 	initOnly      bool
 	writeConfigTo string
@@ -141,6 +146,7 @@ func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("nftproxy", flag.ContinueOnError)
 	fs.StringVar(&cf.config, "config", "", "configuration file (YAML, kind "+ConfigKind+"); flags given explicitly override it")
 	fs.BoolVar(&cf.cleanup, "cleanup", false, "remove nftproxy's tables in both families and exit")
+	fs.StringVar(&cf.cleanupAfter, "cleanup-table-after-sync", "", "once every family has synced, delete this table in both families (kube-proxy: kube-proxy's nftables-mode tables, when taking a node over from it)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; in-cluster configuration when neither it nor --master is given")
 	fs.StringVar(&c.Master, "master", c.Master, "address of the Kubernetes API server (overrides the kubeconfig's)")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name, instead of the host name")
@@ -193,6 +199,10 @@ func loadConfig(args []string) (*Options, error) {
 		return nil, err
 	}
 	opts.Cleanup, opts.Version, opts.InitOnly = cf.cleanup, cf.version, cf.initOnly
+	if cf.cleanupAfter != "" && cf.cleanupAfter == opts.Ruleset.Table {
+		return nil, fmt.Errorf("--cleanup-table-after-sync: %q is nftproxy's own table (--table-name)", cf.cleanupAfter)
+	}
+	opts.CleanupAfterSync = cf.cleanupAfter
 	if cf.writeConfigTo != "" {
 		if err := saveConfig(cf.writeConfigTo, cfg); err != nil {
 			return nil, err
