@@ -48,6 +48,7 @@ type pktState struct {
 	bound   [2]bool
 	binding [2]netip.AddrPort
 	masq    bool
+	tproxy  string // where tproxy assigned the packet to a socket
 	dnatted bool
 	snatted bool
 }
@@ -514,7 +515,10 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		}
 		if d := st.dst.Addr(); rt.local.has(d) || pktType(d) != 0 {
 			why := " is a local address: input"
-			if !rt.local.has(d) {
+			switch {
+			case st.tproxy != "":
+				why = ": tproxy gave the packet to the socket on " + st.tproxy + ", which policy routing delivers locally: input"
+			case !rt.local.has(d):
 				// Without multicast routing the kernel delivers multicast and
 				// broadcast locally and forwards none.
 				why = " is a multicast or broadcast address: input"

@@ -14,8 +14,8 @@ import (
 // kernelConstruct is one construct checked against the kernel: its rules loaded in a
 // fresh network namespace (lo up), real packets sent on lo by a python script, and
 // every counted rule's kernel counter compared with how many of the simulator's
-// traces of the same packets match it. Where the construct forks, assume picks, for
-// each packet, the one branch whose assumptions contain every string of it: the
+// traces of the same packets match it. Where the construct forks, assume[i] picks,
+// for pkts[i], the one branch whose assumptions contain every string of it: the
 // outcome the namespace's setup makes true.
 type kernelConstruct struct {
 	name   string
@@ -23,7 +23,7 @@ type kernelConstruct struct {
 	setup  string // shell run in the namespace before the rules are loaded
 	send   string // python3
 	pkts   []string
-	assume []string
+	assume [][]string
 }
 
 var kernelConstructs = []kernelConstruct{
@@ -96,7 +96,107 @@ c.close()
 `,
 		pkts: []string{"tcp 127.0.0.1:40000 -> 127.0.0.2:8", "tcp 127.0.0.1:40000 -> 127.0.0.2:8 ct established"},
 	},
+	{
+		// A transparent UDP socket on 127.0.0.1:8080; none on 8081.
+		name: "tproxy",
+		rules: `table inet p {
+	chain pre {
+		type filter hook prerouting priority mangle; policy accept;
+		ip daddr != 127.0.0.2 accept
+		meta l4proto != udp accept
+		udp dport 80 tproxy ip to 127.0.0.1:8080 meta mark set 0x00000001 counter
+		udp dport 81 tproxy ip to 127.0.0.1:8081 meta mark set 0x00000002 counter
+		meta mark 0x00000000 counter
+	}
 }
+`,
+		send: `import socket
+l = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+l.setsockopt(socket.SOL_IP, 19, 1)  # IP_TRANSPARENT
+l.bind(("127.0.0.1", 8080))
+` + udpSend(80, 81),
+		pkts:   udpPkts(80, 81),
+		assume: [][]string{{"a transparent socket listens on 127.0.0.1:8080"}, {"no socket listens on 127.0.0.1:8081"}},
+	},
+	{
+		// A SYN sent raw: synproxy answers it, and the client's kernel resets the
+		// SYN-ACK it did not ask for; osf matches nothing without a fingerprint list.
+		name: "synproxy and osf",
+		rules: `table ip s {
+	chain in {
+		type filter hook input priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		tcp flags syn osf name "Linux" counter
+		tcp dport 8080 counter synproxy mss 65495 wscale 7 timestamp sack-perm
+		tcp dport 8080 counter
+	}
+}
+`,
+		send:   rawSYN,
+		pkts:   []string{"tcp 127.0.0.1:40000 -> 127.0.0.2:8080", "tcp 127.0.0.1:40000 -> 127.0.0.2:8080 flags rst"},
+		assume: [][]string{{`osf name "Linux" does not hold`}},
+	},
+	{
+		// The copy is for 10.7.0.2 by d0, a veth whose peer never answers ARP; the
+		// datagram itself goes on.
+		name:  "dup",
+		setup: "ip link add d0 type veth peer name d1; ip addr add 10.7.0.1/24 dev d0; ip link set d0 up",
+		rules: `table ip d {
+	chain pre {
+		type filter hook prerouting priority filter; policy accept;
+		iifname != "lo" accept
+		ip daddr != 127.0.0.2 accept
+		udp dport 9 dup to 10.7.0.2 device "d0" counter
+		udp dport 9 counter
+	}
+}
+`,
+		send: udpSend(9),
+		pkts: udpPkts(9),
+	},
+	{
+		// Two datagrams of one source through a per-source limit of one packet
+		// a minute: the first is under it, the second over.
+		name: "meter",
+		rules: `table inet m {
+	set per_src {
+		type ipv4_addr
+		size 65535
+		flags dynamic
+	}
+
+	chain in {
+		type filter hook input priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		meta l4proto != udp accept
+		update @per_src { ip saddr limit rate over 1/minute burst 1 packets } counter
+		meter flood size 128 { ip saddr limit rate 1/minute burst 1 packets } counter
+	}
+}
+`,
+		send: udpSend(9, 9),
+		pkts: udpPkts(9, 9),
+		assume: [][]string{
+			{"under limit rate 1/minute burst 1 packets for its element of @per_src", "under limit rate 1/minute burst 1 packets for its element of flood"},
+			{"over limit rate 1/minute burst 1 packets for its element of @per_src", "over limit rate 1/minute burst 1 packets for its element of flood"},
+		},
+	},
+}
+
+// rawSYN sends a TCP SYN from 127.0.0.1:40000 to 127.0.0.2:8080 through a raw
+// socket, so that no socket of the sender expects the answer.
+const rawSYN = `import socket, struct
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff)
+    s += s >> 16
+    return ~s & 0xffff
+src, dst = socket.inet_aton("127.0.0.1"), socket.inet_aton("127.0.0.2")
+tcp = struct.pack("!HHIIBBHHH", 40000, 8080, 1, 0, 5 << 4, 0x02, 65535, 0, 0)
+tcp = tcp[:16] + struct.pack("!H", csum(src + dst + struct.pack("!BBH", 0, 6, len(tcp)) + tcp)) + tcp[18:]
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+r.sendto(tcp, ("127.0.0.2", 0))
+`
 
 // udpSend is a python script sending an empty datagram from 127.0.0.1:40000 to each
 // port of 127.0.0.2; udpPkts are the same datagrams as packets.
@@ -144,13 +244,17 @@ nft -f "$1"; python3 "$2"; nft list ruleset`
 	}
 }
 
-// simCountsAssuming is simCounts on the branch of each trace that assumes every one
-// of assume.
-func simCountsAssuming(t *testing.T, prog *Program, pkts []string, assume []string) map[string]map[int]int {
+// simCountsAssuming is simCounts on the branch of each trace (of pkts[i]) that
+// assumes every one of assumes[i].
+func simCountsAssuming(t *testing.T, prog *Program, pkts []string, assumes [][]string) map[string]map[int]int {
 	t.Helper()
 	counts := map[string]map[int]int{}
-	for _, pkt := range pkts {
+	for pi, pkt := range pkts {
 		tr := mustTrace(t, prog, pkt, Env{})
+		var assume []string
+		if pi < len(assumes) {
+			assume = assumes[pi]
+		}
 		var picked []*Branch
 		for i := range tr.Branches {
 			if assumesAll(tr.Branches[i], assume) {

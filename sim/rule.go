@@ -112,8 +112,7 @@ func (rp *ruleParser) parseRule() ([]stmt, error) {
 }
 
 var unsupportedStmts = map[string]bool{
-	"fwd": true, "dup": true, "tproxy": true,
-	"synproxy": true, "secmark": true, "last": true, "connlimit": true,
+	"fwd": true, "secmark": true, "last": true, "connlimit": true,
 }
 
 func (rp *ruleParser) parseStmt() (stmt, error) {
@@ -161,6 +160,16 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 	case "notrack":
 		rp.next()
 		return &notrackStmt{}, nil
+	case "tproxy":
+		return rp.parseTProxy()
+	case "synproxy":
+		return rp.parseSynproxy()
+	case "meter":
+		return rp.parseMeter()
+	case "osf":
+		return rp.parseOSF()
+	case "dup":
+		return rp.parseDup()
 	case "dnat", "snat", "masquerade", "redirect":
 		return rp.parseNat()
 	case "add", "update", "delete":

@@ -330,33 +330,101 @@ func (rp *ruleParser) parseSetUpdate() (stmt, error) {
 		return nil, errAt(st, "datatype mismatch: %s has key %s, expression has %s", st.text, s.key, key.typ())
 	}
 	u := &setUpdateStmt{op: op.text, set: s, key: key}
+	if err := rp.parseElemRest(u, st); err != nil {
+		return nil, err
+	}
+	u.txt = rp.textFrom(start)
+	return u, nil
+}
+
+// parseElemRest reads what follows the key of "add|update @set { KEY ... }" up to
+// "}": a timeout, the data of a map element, a counter, and a limit, quota or ct
+// count, whose outcome for the element the packet cannot decide (a fork).
+func (rp *ruleParser) parseElemRest(u *setUpdateStmt, st token) error {
+	s := u.set
 	for {
 		t := rp.next()
 		if t.kind == tRBrace {
 			if s.isMap && u.data == nil {
-				return nil, errAt(t, `%s is a map: %s needs ": DATA" after the key (data is %s)`, st.text, op.text, s.data)
+				return errAt(t, `%s is a map: %s needs ": DATA" after the key (data is %s)`, st.text, u.op, s.data)
 			}
-			break
+			return nil
 		}
 		switch {
 		case t.kind == tWord && t.text == "timeout" && u.data == nil:
 			dt := rp.next()
 			d, ok := parseDuration(dt.text)
 			if !ok {
-				return nil, errAt(dt, "bad duration %s", dt.show())
+				return errAt(dt, "bad duration %s", dt.show())
 			}
 			u.timeout = d
 		case t.kind == tWord && t.text == "counter" && u.data == nil:
+			if rp.isWord(0, "packets") {
+				for range 4 {
+					rp.next() // packets N bytes N
+				}
+			}
+		case t.kind == tWord && (t.text == "limit" || t.text == "quota" || t.text == "ct") && u.stateful == nil:
+			rp.i--
+			f, err := rp.parseForkStmt()
+			if err != nil {
+				return err
+			}
+			fs, ok := f.(*forkStmt)
+			if !ok {
+				return errAt(t, "unsupported %s in a set element", t.text)
+			}
+			for i := range fs.outcomes {
+				fs.outcomes[i] += " for its element of " + st.text
+			}
+			u.stateful = fs
 		case t.kind == tColon && u.data == nil:
 			if !s.isMap {
-				return nil, errAt(t, "%s is a set; its elements have no data (use a map)", st.text)
+				return errAt(t, "%s is a set; its elements have no data (use a map)", st.text)
 			}
-			if u.data, err = rp.parseMapData(s, st); err != nil {
-				return nil, err
+			d, err := rp.parseMapData(s, st)
+			if err != nil {
+				return err
 			}
+			u.data = d
 		default:
-			return nil, errAt(t, `expected "}", found %s`, t.show())
+			return errAt(t, `expected "}", found %s`, t.show())
 		}
+	}
+}
+
+// parseMeter reads "meter NAME [size N] { KEY [timeout T] STMT }": an update of the
+// dynamic set NAME, which nft list ruleset does not list, made here on first use.
+func (rp *ruleParser) parseMeter() (stmt, error) {
+	start := rp.i
+	rp.next()
+	name := rp.next()
+	if name.kind != tWord && name.kind != tString {
+		return nil, errAt(name, "expected the meter's name, found %s", name.show())
+	}
+	if rp.isWord(0, "size") {
+		rp.next()
+		rp.next()
+	}
+	if o := rp.next(); o.kind != tLBrace {
+		return nil, errAt(o, `expected "{", found %s`, o.show())
+	}
+	key, err := rp.parseExpr()
+	if err != nil {
+		return nil, err
+	}
+	s, ok := rp.tab.sets[name.text]
+	if !ok {
+		s = &setDef{name: name.text, table: rp.tab, key: key.typ()}
+		rp.tab.sets[s.name] = s
+		rp.tab.setL = append(rp.tab.setL, s)
+	}
+	if !key.typ().compatible(s.key) {
+		return nil, errAt(name, "datatype mismatch: %s has key %s, expression has %s", name.text, s.key, key.typ())
+	}
+	u := &setUpdateStmt{op: "update", set: s, key: key}
+	if err := rp.parseElemRest(u, name); err != nil {
+		return nil, err
 	}
 	u.txt = rp.textFrom(start)
 	return u, nil

@@ -321,7 +321,9 @@ type setUpdateStmt struct {
 	key     expr
 	data    expr          // the element's data, for maps (nil for sets)
 	timeout time.Duration // 0: the set's default
-	txt     string
+	// stateful is the element's limit, quota or ct count, nil for none.
+	stateful *forkStmt
+	txt      string
 }
 
 func (s *setUpdateStmt) String() string { return s.txt }
@@ -338,6 +340,9 @@ func (s *setUpdateStmt) exec(c *evalCtx) (result, *verdict) {
 		}
 	}
 	c.setUpdate(s, k, d)
+	if s.stateful != nil {
+		return s.stateful.exec(c)
+	}
 	return rNext, nil
 }
 
