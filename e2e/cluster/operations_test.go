@@ -2,9 +2,10 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,38 +160,58 @@ func snapshot(traffic map[string]*Traffic) (failed, attempts int) {
 	return failures(counts)
 }
 
-// proxyHealth asks the node's proxy /healthz (port 10256, both proxies) from outside:
-// the status code, and lastUpdated (zero before the proxy's first sync).
-func proxyHealth(ctx context.Context, c *Cluster, n *Node) (int, time.Time, error) {
-	code, body, err := httpGet(ctx, c.External, fmt.Sprintf("http://%s/healthz", netip.AddrPortFrom(n.Addr, 10256)))
+// lastSync reads kubeproxy_sync_proxy_rules_last_timestamp_seconds from the node's proxy
+// (127.0.0.1:10249/metrics, both proxies): the oldest of its families' last syncs, zero
+// before every family has synced once.
+func lastSync(ctx context.Context, n *Node) (time.Time, error) {
+	code, body, err := httpGet(ctx, n.NS, "http://127.0.0.1:10249/metrics")
 	if err != nil {
-		return 0, time.Time{}, err
+		return time.Time{}, err
 	}
-	var h struct {
-		LastUpdated time.Time `json:"lastUpdated"`
+	if code != 200 {
+		return time.Time{}, fmt.Errorf("metrics of %s: status %d", n.Spec.Name, code)
 	}
-	if err := json.Unmarshal([]byte(body), &h); err != nil {
-		return code, time.Time{}, fmt.Errorf("healthz of %s: %q: %w", n.Spec.Name, body, err)
+	oldest, seen := 0.0, false
+	for _, l := range strings.Split(body, "\n") {
+		name, value, ok := strings.Cut(l, " ")
+		if !ok || (name != syncMetric && !strings.HasPrefix(name, syncMetric+"{")) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("metrics of %s: %q: %w", n.Spec.Name, l, err)
+		}
+		if !seen || v < oldest {
+			oldest, seen = v, true
+		}
 	}
-	return code, h.LastUpdated, nil
+	if !seen || oldest == 0 {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, int64(oldest*1e9)), nil
 }
 
-// waitSynced waits until the node's proxy has synced since after: /healthz answers 200
-// with a lastUpdated later than after (kube-proxy answers 200 before its first sync, with a
-// zero lastUpdated).
+// syncMetric is the time of a proxy's last sync, kube-proxy's metric (nftproxy has it too).
+const syncMetric = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+
+// waitSynced waits until the node's proxy has synced every family since after (its
+// /healthz cannot say it: kube-proxy's answers 200 before its first sync), and returns
+// how long after after that was.
 func waitSynced(t *testing.T, ctx context.Context, c *Cluster, n *Node, after time.Time) time.Duration {
 	t.Helper()
+	var last time.Time
 	err := waitFor(ctx, defaultWait, "node "+n.Spec.Name+": "+string(n.Spec.Proxy)+" synced", func() (bool, error) {
 		if p := n.ProxyProcess; p != nil && p.Exited() {
 			return false, fmt.Errorf("%s exited:\n%s", n.Spec.Proxy, p.Tail(2000))
 		}
-		code, last, err := proxyHealth(ctx, c, n)
-		return err == nil && code == 200 && last.After(after), err
+		var err error
+		last, err = lastSync(ctx, n)
+		return err == nil && last.After(after), err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Since(after)
+	return last.Sub(after)
 }
 
 // TestOperationsRollingRestart kills every nftproxy by its PID, one node at a time, and
