@@ -217,6 +217,19 @@ func New(cfg Config) (*Proxier, error) {
 // Families returns the families the Proxier programs.
 func (p *Proxier) Families() []knftables.Family { return p.families }
 
+// Close releases the netlink sockets the Proxier's syncers keep open between
+// syncs (a socket holds its network namespace). The tables stay as they are, and
+// a later Sync opens new sockets.
+func (p *Proxier) Close() error {
+	var errs []error
+	for _, fam := range p.families {
+		if err := p.syncers[fam].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fam, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Tracker returns the Proxier's Tracker, for reading its state and errors.
 func (p *Proxier) Tracker() *state.Tracker { return p.tracker }
 

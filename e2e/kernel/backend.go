@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -45,6 +46,9 @@ type Backend struct {
 	lab  *lab.Lab
 	// nfts are the node's tables the Proxier opened.
 	nfts map[knftables.Family]knftables.Interface
+	// transports are the node's netlink transports, whose sockets hold its namespace
+	// until closed.
+	transports []syncer.Transport
 	// fresh is the namespace of the fresh full builds the node's tables are
 	// compared with (see FreshTable), freshNFT its tables.
 	fresh    *lab.NS
@@ -126,7 +130,9 @@ func (b *Backend) Start(sc *features.Scenario) (_ features.Tables, err error) {
 			return nft, err
 		},
 		Netlink: func(knftables.Family, knftables.Interface) syncer.Transport {
-			return syncer.KernelNetlink(node.Do)
+			t := syncer.KernelNetlink(node.Do)
+			b.transports = append(b.transports, t)
+			return t
 		},
 	}, nil
 }
@@ -274,6 +280,11 @@ func (b *Backend) Close() error {
 	if b.trace != nil {
 		_, err := b.trace.Stop()
 		errs = append(errs, err)
+	}
+	for _, t := range b.transports {
+		if c, ok := t.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
 	}
 	if b.fresh != nil {
 		errs = append(errs, b.fresh.Close())

@@ -385,6 +385,7 @@ func newNodeProxy(l *lab.Lab, svcs []*v1.Service, slices []*discoveryv1.Endpoint
 		OnSynced:  p.synced,
 	})
 	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(p.kernel.Close) // its netlink sockets hold the node's namespace
 	Expect(p.kernel.Families()).To(Equal(families), "the proxier must program both families")
 	if o.mirror {
 		p.mirror, err = proxier.New(proxier.Config{

@@ -241,38 +241,18 @@ func encodeOps(family byte, table string, op *elementOps) (*batch, error) {
 	return w, nil
 }
 
-// send sends the batch in one sendmsg on a netlink socket opened inside do (or by
-// the calling goroutine), and waits for the acknowledgement of message last or an
-// error.
-func (f *frame) send(ctx context.Context, last uint32, do func(func() error) error) error {
+// send sends the batch in one sendmsg on the netlink socket fd, and waits for the
+// acknowledgement of message last or an error. On success the kernel has
+// answered every message of the batch, so fd's receive queue is empty again.
+func (f *frame) send(ctx context.Context, fd int, last uint32) error {
 	size := 0
 	for _, b := range f.bufs {
 		size += len(b)
 	}
-	var fd int
-	open := func() (err error) {
-		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
-		return err
+	// The batch can be far larger than net.core.wmem_max.
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size+1<<20); err != nil {
+		return fmt.Errorf("netlink socket buffer of %d bytes: %w", size+1<<20, err)
 	}
-	if do == nil {
-		do = func(f func() error) error { return f() }
-	}
-	if err := do(open); err != nil {
-		return fmt.Errorf("netlink socket: %w", err)
-	}
-	defer unix.Close(fd)
-	// The batch can be far larger than net.core.wmem_max; errors name what failed
-	// and do not echo the message back.
-	for _, o := range []struct{ opt, val int }{
-		{unix.SO_SNDBUFFORCE, size + 1<<20},
-		{unix.SO_RCVBUFFORCE, 1 << 20},
-	} {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.opt, o.val); err != nil {
-			return fmt.Errorf("netlink socket buffer of %d bytes: %w", o.val, err)
-		}
-	}
-	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_EXT_ACK, 1)
-	_ = unix.SetsockoptInt(fd, unix.SOL_NETLINK, unix.NETLINK_CAP_ACK, 1)
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(loadTimeout)

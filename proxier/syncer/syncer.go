@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"reflect"
 	"slices"
@@ -111,6 +112,15 @@ func (s *Syncer) RequestFullSync() { s.full = true }
 // Netlink reports whether syncs write elements over netlink when they can (see
 // WithNetlink): on when the Syncer was made so, until a netlink batch fails.
 func (s *Syncer) Netlink() bool { return s.transport != nil }
+
+// Close releases what the Syncer holds open: the netlink socket of a KernelNetlink
+// transport. The Syncer stays usable; its next netlink batch opens a new socket.
+func (s *Syncer) Close() error {
+	if c, ok := s.transport.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
 
 // Applied returns the ruleset applied by the last successful sync, or nil.
 func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }

@@ -35,13 +35,25 @@ func definitionsOf(rs *ruleset.Ruleset) definitions {
 // one sendmsg on a netlink socket opened inside do, which must run its argument in
 // the network namespace of the table (nil: opened by the calling goroutine, for a
 // process that stays in one namespace).
-func KernelNetlink(do func(func() error) error) Transport { return kernelTransport{do} }
-
-type kernelTransport struct{ do func(func() error) error }
-
-func (t kernelTransport) send(ctx context.Context, f *frame, ack uint32, _ definitions) error {
-	return f.send(ctx, ack, t.do)
+//
+// The socket stays open from one batch to the next (see kernelSocket for why);
+// it is closed after a failed batch, by Syncer.Close, or once the Transport is
+// garbage.
+func KernelNetlink(do func(func() error) error) Transport {
+	if do == nil {
+		do = func(f func() error) error { return f() }
+	}
+	return &kernelTransport{sock: newKernelSocket(do)}
 }
+
+type kernelTransport struct{ sock *kernelSocket }
+
+func (t *kernelTransport) send(ctx context.Context, f *frame, ack uint32, _ definitions) error {
+	return t.sock.send(ctx, f, ack)
+}
+
+// Close closes the socket; a later batch opens another.
+func (t *kernelTransport) Close() error { return t.sock.close() }
 
 // DecodedNetlink returns a Transport that decodes each batch back into element
 // operations (DecodeElementBatch) and runs them on nft as one transaction,
