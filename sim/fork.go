@@ -331,9 +331,13 @@ func (rp *ruleParser) parseQuota() (stmt, error) {
 		rp.next()
 		rp.next()
 	} else {
-		if rp.isWord(0, "over") || rp.isWord(0, "until") {
+		switch {
+		case rp.isWord(0, "over"):
 			rp.next()
 			over = true
+		case rp.isWord(0, "until"):
+			// "until" is the default mode (nft lists it without the word).
+			rp.next()
 		}
 		n := rp.next()
 		if _, err := strconv.ParseUint(n.text, 10, 64); err != nil || n.kind != tWord {
