@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,15 @@ func applySet(ctx context.Context, c *Cluster, a, b, other *Node, s *peerSet) (*
 			}
 		}
 		ap.services[svc.Name] = created
+	}
+	// The allocator picks ClusterIPs at random: step over any that took the address.
+	for taken := true; taken; {
+		taken = slices.ContainsFunc(slices.Collect(maps.Values(ap.services)), func(svc *v1.Service) bool {
+			return svc.Spec.ClusterIP == s.unallocated.String()
+		})
+		if taken {
+			s.unallocated = s.unallocated.Next()
+		}
 	}
 	return ap, nil
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"slices"
 	"strings"
+	"testing"
 )
 
 // The differences between nftproxy and kube-proxy that docs/kube-proxy-differences.md
@@ -49,4 +50,32 @@ func remoteHairpin(pr probe, nftproxy, kubeProxy string) bool {
 	}
 	slices.Sort(fixed)
 	return strings.Join(fixed, " | ") == kubeProxy
+}
+
+// TestExplanations checks that each explanation accepts its own difference and nothing
+// near it: a masquerade elsewhere, another source, a verdict changed too.
+func TestExplanations(t *testing.T) {
+	remote := probe{src: srcRemote, srcName: "s0-other3"}
+	kp := "accept forward to s0-other3:8080 | accept forward to s0-twin1@here:8080"
+	cases := []struct {
+		name     string
+		pr       probe
+		nftproxy string
+		want     string
+	}{
+		{"remote hairpin masqueraded", remote,
+			"accept forward to s0-other3:8080 masqueraded | accept forward to s0-twin1@here:8080",
+			"Hairpin connections to an endpoint on another node"},
+		{"another endpoint masqueraded", remote,
+			"accept forward to s0-other3:8080 | accept forward to s0-twin1@here:8080 masqueraded", ""},
+		{"the same from a pod on this node", probe{src: srcPod, srcName: "s0-other3"},
+			"accept forward to s0-other3:8080 masqueraded | accept forward to s0-twin1@here:8080", ""},
+		{"an endpoint missing as well", remote, "accept forward to s0-other3:8080 masqueraded", ""},
+		{"a reject instead", remote, "reject", ""},
+	}
+	for _, tc := range cases {
+		if got := explain(tc.pr, tc.nftproxy, kp); got != tc.want {
+			t.Errorf("%s: explained by %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }

@@ -101,9 +101,9 @@ func TestPeerConformance(t *testing.T) {
 			t.Fatalf("set %d (seed %d): %v", i, seed, err)
 		}
 		tally.scenarios++
-		t.Logf("set %d: %d pods, %d Services, programmed in %v; %d packets compared in %v", i,
+		t.Logf("set %d: %d pods, %d Services, programmed in %v; %d packets compared in %v (unallocated %s)", i,
 			2*len(s.twins)+len(s.others), len(s.services), programmed.Round(time.Millisecond), compared,
-			(time.Since(start) - programmed).Round(time.Millisecond))
+			(time.Since(start) - programmed).Round(time.Millisecond), s.unallocated)
 		if err := removeSet(ctx, c, ap); err != nil {
 			t.Fatalf("set %d: remove: %v", i, err)
 		}
