@@ -306,7 +306,11 @@ func jsonStmt(e any) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			return str(arg["op"]) + " " + str(arg["set"]) + " { " + elem + " }", nil
+			stmts, err := jsonElemStmts(arg["stmt"])
+			if err != nil {
+				return "", err
+			}
+			return str(arg["op"]) + " " + str(arg["set"]) + " { " + elem + stmts + " }", nil
 		case "vmap":
 			key, err := jsonExpr(arg["key"])
 			if err != nil {
@@ -358,6 +362,9 @@ func jsonStmt(e any) (string, error) {
 				s += " num " + n
 			}
 			return s, nil
+		}
+		if s, ok, err := jsonStmtMore(k, arg); ok {
+			return s, err
 		}
 		return "", fmt.Errorf("unsupported statement %q", k)
 	}
@@ -502,6 +509,12 @@ func jsonExpr(e any) (string, error) {
 			return str(arg["name"]) + " " + str(arg["field"]), nil
 		case "socket":
 			return "socket " + str(arg["key"]), nil
+		case "osf":
+			s := "osf "
+			if t := str(arg["ttl"]); t != "" {
+				s += "ttl " + t + " "
+			}
+			return s + str(arg["key"]), nil
 		}
 		return "", fmt.Errorf("unsupported expression %q", k)
 	}
