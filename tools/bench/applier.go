@@ -2,6 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"sigs.k8s.io/knftables"
@@ -100,8 +105,37 @@ func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) 
 	}
 	rs, _ := a.b.Update(st, nil)
 	a.built = true
+	if err := writeHeapProfile(); err != nil {
+		return stats, err
+	}
 	adopt, err := a.s.Sync(ctx, rs)
 	stats.Index = time.Since(t2)
 	stats.Result.Operations += adopt.Operations
 	return stats, err
+}
+
+// heapProfile is the file the control child writes its heap profile to, at the
+// peak of its first sync (both the from-scratch ruleset, still the applied one,
+// and the Builder's, with its index, live); "" for none.
+var heapProfile string
+
+// writeHeapProfile writes the heap profile to heapProfile, after a GC so that it
+// shows what is live.
+func writeHeapProfile() error {
+	if heapProfile == "" {
+		return nil
+	}
+	runtime.GC()
+	if err := os.MkdirAll(filepath.Dir(heapProfile), 0o755); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	f, err := os.Create(heapProfile)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		return fmt.Errorf("heap profile %s: %w", heapProfile, err)
+	}
+	return nil
 }

@@ -140,14 +140,17 @@ type ChurnResult struct {
 
 // controlOptions configures a control-plane child.
 type controlOptions struct {
-	N           int
-	Updates     int
-	Seed        uint64
-	Churn       time.Duration
-	ChurnRate   float64
-	PureBuilds  int
-	TargetVIP   netip.Addr
-	Backends    []netip.Addr
+	N          int
+	Updates    int
+	Seed       uint64
+	Churn      time.Duration
+	ChurnRate  float64
+	PureBuilds int
+	TargetVIP  netip.Addr
+	Backends   []netip.Addr
+	// HeapProfile, when set, is where the child writes its heap profile at the
+	// first sync's peak (see incrementalApplier.first).
+	HeapProfile string
 	hostNetns   string
 	progressOut io.Writer
 }
@@ -158,6 +161,9 @@ func (o controlOptions) args() []string {
 		"-seed", strconv.FormatUint(o.Seed, 10), "-churn", o.Churn.String(),
 		"-churn-rate", strconv.FormatFloat(o.ChurnRate, 'f', -1, 64),
 		"-pure-builds", strconv.Itoa(o.PureBuilds), "-host-netns", o.hostNetns,
+	}
+	if o.HeapProfile != "" {
+		a = append(a, "-heap-profile", o.HeapProfile)
 	}
 	if o.TargetVIP.IsValid() {
 		var bs []string
@@ -237,6 +243,7 @@ func runControlChild(args []string) error {
 	fs.StringVar(&o.hostNetns, "host-netns", "", "device:inode of the namespace the bench started in")
 	fs.StringVar(&target, "target", "", "ClusterIP of the data-plane target Service")
 	fs.StringVar(&backends, "backends", "", "its endpoints, comma-separated")
+	fs.StringVar(&heapProfile, "heap-profile", "", "file for the heap profile at the first sync's peak")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -102,6 +102,7 @@ type options struct {
 	out            string
 	phases         map[string]bool
 	seed           uint64
+	heapProfile    bool
 	peer           peerOptions
 	args           []string
 }
@@ -129,6 +130,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "bench-results", "output directory")
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the Service changes")
+	fs.BoolVar(&o.heapProfile, "heap-profile", false, "write each control child's heap at its peak (the first sync's ruleset and the Builder's both live) to OUT/heap-N.pprof")
 	checkPeer := peerFlags(fs, &o.peer)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -357,6 +359,9 @@ func (r *benchRun) controlPhase(n int, dataPlane bool) (bool, error) {
 	r.labs = append(r.labs, l)
 	co := controlOptions{N: n, Updates: o.updates, Seed: o.seed, ChurnRate: o.churnRate, PureBuilds: 3,
 		TargetVIP: targetVIP, Backends: backends}
+	if o.heapProfile {
+		co.HeapProfile = filepath.Join(o.out, fmt.Sprintf("heap-%s.pprof", short(n)))
+	}
 	if !o.phases["control"] {
 		co.Updates, co.PureBuilds = 0, 0
 	}
