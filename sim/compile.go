@@ -18,10 +18,18 @@ const (
 	HookForward     Hook = "forward"
 	HookOutput      Hook = "output"
 	HookPostrouting Hook = "postrouting"
+	// HookIngress and HookEgress are the per-device hooks of netdev (and inet
+	// ingress) chains: before prerouting on the input interface, after postrouting
+	// on the output interface.
+	HookIngress Hook = "ingress"
+	HookEgress  Hook = "egress"
 )
 
-var hookIndex = map[string]int{"prerouting": 0, "input": 1, "forward": 2, "output": 3, "postrouting": 4}
-var hookNames = [5]Hook{HookPrerouting, HookInput, HookForward, HookOutput, HookPostrouting}
+// numHooks counts the hooks: the five IP hooks, then ingress and egress.
+const numHooks = 7
+
+var hookIndex = map[string]int{"prerouting": 0, "input": 1, "forward": 2, "output": 3, "postrouting": 4, "ingress": 5, "egress": 6}
+var hookNames = [numHooks]Hook{HookPrerouting, HookInput, HookForward, HookOutput, HookPostrouting, HookIngress, HookEgress}
 
 // Netfilter's fixed priorities for conntrack and NAT (NF_IP_PRI_*).
 const (
@@ -54,7 +62,10 @@ type hookEntry struct {
 // per-trace state lives in a Runtime.
 type Program struct {
 	tables []*table
-	hooks  [2][5][]hookEntry // [IPv4, IPv6][hook]
+	hooks  [2][numHooks][]hookEntry // [IPv4, IPv6][hook]
+	// bridged are the bridge tables' base chains, which the simulator does not
+	// trace (its packets are routed, not bridged).
+	bridged []string
 }
 
 // CompileText compiles nft ruleset text. It accepts the command form that
@@ -282,8 +293,16 @@ func (prog *Program) checkHooks() error {
 }
 
 func (prog *Program) buildHooks() {
+	prog.bridged = nil
+	for _, t := range prog.tables {
+		for _, c := range t.chainL {
+			if t.family == "bridge" && c.base != nil && !t.dormant {
+				prog.bridged = append(prog.bridged, t.id()+" chain "+c.name)
+			}
+		}
+	}
 	for fi := 0; fi < 2; fi++ {
-		for hi := 0; hi < 5; hi++ {
+		for hi := 0; hi < numHooks; hi++ {
 			var entries []hookEntry
 			h := hookNames[hi]
 			if h == HookPrerouting || h == HookOutput {
@@ -291,7 +310,8 @@ func (prog *Program) buildHooks() {
 			}
 			var nat []*chain
 			for _, t := range prog.tables {
-				if t.dormant || !(t.family == "inet" || (t.family == "ip" && fi == 0) || (t.family == "ip6" && fi == 1)) {
+				// netdev chains hook only ingress and egress, and see both families.
+				if t.dormant || !(t.family == "inet" || t.family == "netdev" || (t.family == "ip" && fi == 0) || (t.family == "ip6" && fi == 1)) {
 					continue
 				}
 				for _, c := range t.chainL {
@@ -305,7 +325,7 @@ func (prog *Program) buildHooks() {
 					entries = append(entries, hookEntry{kind: eChain, prio: c.base.prio, chain: c})
 				}
 			}
-			if h != HookForward {
+			if hi < 5 && h != HookForward {
 				sort.SliceStable(nat, func(i, j int) bool { return nat[i].base.prio < nat[j].base.prio })
 				prio := prioNATSrc
 				if h == HookPrerouting || h == HookOutput {

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -466,7 +467,7 @@ func (c *evalCtx) step(s Step) {
 type branchWalk struct {
 	c     *evalCtx
 	out   *Outcome
-	hooks *[5][]hookEntry
+	hooks *[numHooks][]hookEntry
 }
 
 // runOnce traces p along script and returns the branch.
@@ -484,6 +485,10 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 	}
 	w := &branchWalk{c: c, out: &Outcome{Rule: -1}, hooks: &rt.prog.hooks[fi]}
 	out := w.out
+	if len(rt.prog.bridged) > 0 {
+		c.step(Step{Kind: StepNote, Rule: -1, Detail: "not traced: " + strings.Join(rt.prog.bridged, ", ") +
+			" (bridge chains see frames bridged between a bridge's ports and, before prerouting, those reaching the node through one)"})
+	}
 	switch {
 	case p.IIf == "" && rt.local.has(p.Src.Addr()):
 		st.local = true
@@ -498,6 +503,9 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		if w.pass(HookPostrouting) {
 			break
 		}
+		if w.passDev(HookEgress) {
+			break
+		}
 		if !toLocal {
 			w.route("sent out of the node via " + ifOrUnknown(st.oif))
 			out.Delivery = DeliveryOut
@@ -506,11 +514,11 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		w.route("looped back: " + st.dst.Addr().String() + " is local, the packet re-enters on lo")
 		// loopback_xmit orphans the packet: it re-enters without its socket.
 		st.iif, st.oif, st.local = "lo", "", false
-		if !w.pass(HookPrerouting, HookInput) {
+		if !w.passDev(HookIngress) && !w.pass(HookPrerouting, HookInput) {
 			out.Delivery = DeliveryLocal
 		}
 	default:
-		if w.pass(HookPrerouting) {
+		if w.passDev(HookIngress) || w.pass(HookPrerouting) {
 			break
 		}
 		if d := st.dst.Addr(); rt.local.has(d) || pktType(d) != 0 {
@@ -535,7 +543,7 @@ func (rt *Runtime) runOnce(p packet.Packet, script []int) (*Branch, error) {
 		// ip_forward decrements the TTL before the forward hook.
 		st.ttl--
 		w.route(st.dst.Addr().String() + " is not a local address: forward via " + ifOrUnknown(st.oif))
-		if !w.pass(HookForward, HookPostrouting) {
+		if !w.pass(HookForward, HookPostrouting) && !w.passDev(HookEgress) {
 			out.Delivery = DeliveryForward
 		}
 	}
@@ -570,6 +578,13 @@ func (w *branchWalk) finish() (*Branch, error) {
 // stopAt records that the branch ended with a drop or reject, decided at where.
 func (w *branchWalk) stopAt(v *verdict, where Step) {
 	out := w.out
+	if v.kind == vStolen {
+		// fwd: the packet leaves by another device, past every later hook.
+		out.Verdict, out.Delivery = VerdictAccept, DeliveryForward
+		out.Hook, out.Table, out.Chain, out.Rule = where.Hook, where.Table, where.Chain, where.Rule
+		w.c.st.oif = v.chainName
+		return
+	}
 	out.Verdict = VerdictDrop
 	if v.kind == vReject {
 		out.Verdict = VerdictReject
@@ -600,12 +615,52 @@ func (w *branchWalk) runHook(h Hook) (*verdict, Step) {
 				return v, where
 			}
 		case eChain:
+			if !e.chain.base.hooksDev(c.st, h) {
+				continue
+			}
+			c.noteDevices(e.chain)
 			if v, where := c.runBase(e.chain); v != nil {
 				return v, where
 			}
 		}
 	}
 	return nil, Step{}
+}
+
+// passDev runs the ingress or egress hook when a chain hooks the packet's device
+// there; it reports whether one of them ended the branch.
+func (w *branchWalk) passDev(h Hook) bool {
+	for _, e := range w.hooks[hookIndex[string(h)]] {
+		if e.kind == eChain && e.chain.base.hooksDev(w.c.st, h) {
+			return w.pass(h)
+		}
+	}
+	return false
+}
+
+// noteDevices says, for a chain whose devices are not known (nft -j of nft 1.0.6
+// does not list them), that it is taken to hook the packet's interface.
+func (c *evalCtx) noteDevices(bc *chain) {
+	if bc.base.devices == nil && (c.hook == HookIngress || c.hook == HookEgress) {
+		c.step(Step{Kind: StepNote, Depth: 1, Rule: -1, Detail: "the devices of " + bc.table.id() + " chain " + bc.name +
+			" are not listed: taken to include the packet's interface"})
+	}
+}
+
+// hooksDev reports whether the base chain runs for the packet at hook h: always at
+// the IP hooks; at ingress (egress) when its devices hold the input (output)
+// interface.
+func (b *baseChain) hooksDev(st *pktState, h Hook) bool {
+	dev := ""
+	switch h {
+	case HookIngress:
+		dev = st.iif
+	case HookEgress:
+		dev = st.oif
+	default:
+		return true
+	}
+	return dev != "" && (b.devices == nil || slices.Contains(b.devices, dev))
 }
 
 // pass runs hooks in order; it reports whether one of them ended the branch.
@@ -863,7 +918,7 @@ func (c *evalCtx) runBase(bc *chain) (*verdict, Step) {
 		switch v.kind {
 		case vAccept:
 			return nil, Step{}
-		case vDrop, vReject:
+		case vDrop, vReject, vStolen:
 			return v, rs
 		case vContinue:
 		case vReturn:

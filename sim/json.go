@@ -48,6 +48,9 @@ type jsonChain struct {
 	Hook   string `json:"hook"`
 	Prio   *int   `json:"prio"`
 	Policy string `json:"policy"`
+	// Dev is an ingress or egress chain's device, or a list of them (nft 1.0.6
+	// leaves it out).
+	Dev any `json:"dev"`
 }
 
 type jsonSet struct {
@@ -98,7 +101,7 @@ func jsonToText(src []byte) (string, error) {
 				if err = json.Unmarshal(raw, &c); err == nil {
 					fmt.Fprintf(&b, "add chain %s %s %s", c.Family, quoteName(c.Table), quoteName(c.Name))
 					if c.Hook != "" && c.Prio != nil {
-						fmt.Fprintf(&b, " { type %s hook %s priority %d ; policy %s ; }", c.Type, c.Hook, *c.Prio, c.Policy)
+						fmt.Fprintf(&b, " { type %s hook %s%s priority %d ; policy %s ; }", c.Type, c.Hook, jsonDevices(c.Dev), *c.Prio, c.Policy)
 					}
 					b.WriteByte('\n')
 				}

@@ -77,3 +77,19 @@ func jsonElemStmts(v any) (string, error) {
 	}
 	return s, nil
 }
+
+// jsonDevices renders a chain's "dev": " device NAME", " devices = { A, B }", or
+// nothing.
+func jsonDevices(dev any) string {
+	switch d := dev.(type) {
+	case string:
+		return " device " + strconv.Quote(d)
+	case []any:
+		var names []string
+		for _, n := range d {
+			names = append(names, strconv.Quote(str(n)))
+		}
+		return " devices = { " + strings.Join(names, ", ") + " }"
+	}
+	return ""
+}

@@ -268,6 +268,34 @@ l.bind(("127.0.0.2", 10))
 			{"bytes used up", "exceeded", "more than 1 connections", "socket transparent 0 does not hold", "time > \"2020-01-01 00:00:00\" holds"},
 		},
 	},
+	{
+		// Datagrams to ports 9-12 looped back through lo's ingress: 10 is dropped
+		// there, 12 sent out of d0 by fwd, the others reach input (dup sends a copy
+		// out of d0).
+		name:  "netdev ingress, fwd",
+		setup: "ip link add d0 type veth peer name d1; ip link set d0 up",
+		rules: `table netdev n {
+	chain ing {
+		type filter hook ingress device "lo" priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		udp dport 9 counter
+		udp dport 10 counter drop
+		udp dport 12 counter fwd to "d0"
+		ip saddr 127.0.0.1 dup to "d0"
+		counter
+	}
+}
+table inet i {
+	chain in {
+		type filter hook input priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		meta l4proto udp counter
+	}
+}
+`,
+		send: udpSend(9, 10, 11, 12),
+		pkts: udpPkts(9, 10, 11, 12),
+	},
 }
 
 // rawSYN sends a TCP SYN from 127.0.0.1:40000 to 127.0.0.2:8080 through a raw

@@ -36,6 +36,8 @@ type baseChain struct {
 	prio     int
 	prioText string
 	policy   verdictKind // vAccept or vDrop
+	// devices are the interfaces an ingress or egress chain hooks.
+	devices []string
 }
 
 // rule is a compiled rule: its statements, in order.

@@ -121,10 +121,8 @@ func (p *parser) getTable(fam string, nameTok token, create bool) (*table, error
 	if !create {
 		return nil, p.errTok(nameTok, "no such table %s", key)
 	}
-	switch fam {
-	case "ip", "ip6", "inet":
-	default:
-		return nil, p.errTok(nameTok, "table %s: family %s is not supported (only ip, ip6 and inet)", key, fam)
+	if !families[fam] {
+		return nil, p.errTok(nameTok, "table %s: unknown family %s", key, fam)
 	}
 	t := &table{family: fam, name: nameTok.text, chains: map[string]*chain{}, sets: map[string]*setDef{}}
 	p.tables[key] = t

@@ -322,17 +322,17 @@ func (p *parser) parseBaseSpec(c *chain) error {
 	if err != nil {
 		return err
 	}
-	switch ht.text {
-	case "prerouting", "input", "forward", "output", "postrouting":
-	default:
-		return p.errTok(ht, "chain %s: hook %q is not supported", c.name, ht.text)
+	if !familyHooks[c.table.family][ht.text] {
+		return p.errTok(ht, "chain %s: hook %q is not supported in family %s", c.name, ht.text, c.table.family)
 	}
 	if tt.text == "nat" && ht.text == "forward" {
 		return p.errTok(ht, "chain %s: nat chains cannot hook forward", c.name)
 	}
-	nt := p.lx.peek()
-	if nt.kind == tWord && (nt.text == "device" || nt.text == "devices") {
-		return p.errTok(nt, "chain %s: devices are not supported", c.name)
+	var devices []string
+	if nt := p.lx.peek(); nt.kind == tWord && (nt.text == "device" || nt.text == "devices") {
+		if devices, err = p.parseDevices(c); err != nil {
+			return err
+		}
 	}
 	if _, err := p.expectWord("priority"); err != nil {
 		return err
@@ -361,8 +361,52 @@ func (p *parser) parseBaseSpec(c *chain) error {
 	if err != nil {
 		return p.errTok(ptoks[0], "chain %s: %v", c.name, err)
 	}
-	c.base = &baseChain{typ: tt.text, hook: ht.text, prio: prio, prioText: prioText, policy: vAccept}
+	c.base = &baseChain{typ: tt.text, hook: ht.text, prio: prio, prioText: prioText, policy: vAccept, devices: devices}
 	return p.endOfStatement()
+}
+
+// familyHooks are the hooks base chains of each family can use.
+var familyHooks = map[string]map[string]bool{
+	"ip":     {"prerouting": true, "input": true, "forward": true, "output": true, "postrouting": true},
+	"ip6":    {"prerouting": true, "input": true, "forward": true, "output": true, "postrouting": true},
+	"inet":   {"prerouting": true, "input": true, "forward": true, "output": true, "postrouting": true, "ingress": true},
+	"netdev": {"ingress": true, "egress": true},
+	"bridge": {"prerouting": true, "input": true, "forward": true, "output": true, "postrouting": true},
+	"arp":    {"input": true, "output": true},
+}
+
+// parseDevices reads `device NAME` or `devices = { NAME, ... }`.
+func (p *parser) parseDevices(c *chain) ([]string, error) {
+	kw := p.lx.next()
+	if kw.text == "device" {
+		d, err := p.next()
+		if err != nil {
+			return nil, err
+		}
+		if d.kind != tWord && d.kind != tString {
+			return nil, p.errTok(d, "chain %s: expected a device name, found %s", c.name, d.show())
+		}
+		return []string{d.text}, nil
+	}
+	if t := p.lx.next(); t.kind != tOp || t.text != "=" {
+		return nil, p.errTok(t, `chain %s: expected "=" after devices, found %s`, c.name, t.show())
+	}
+	if t := p.lx.next(); t.kind != tLBrace {
+		return nil, p.errTok(t, `chain %s: expected "{", found %s`, c.name, t.show())
+	}
+	var out []string
+	for {
+		t := p.lx.next()
+		switch {
+		case t.kind == tRBrace:
+			return out, nil
+		case t.kind == tComma || t.kind == tNL:
+		case t.kind == tWord || t.kind == tString:
+			out = append(out, t.text)
+		default:
+			return nil, p.errTok(t, "chain %s: expected a device name, found %s", c.name, t.show())
+		}
+	}
 }
 
 func (p *parser) expectWord(w string) (token, error) {

@@ -112,7 +112,7 @@ func (rp *ruleParser) parseRule() ([]stmt, error) {
 }
 
 var unsupportedStmts = map[string]bool{
-	"fwd": true, "secmark": true, "last": true, "connlimit": true,
+	"secmark": true, "last": true, "connlimit": true,
 }
 
 func (rp *ruleParser) parseStmt() (stmt, error) {
@@ -170,6 +170,8 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 		return rp.parseOSF()
 	case "dup":
 		return rp.parseDup()
+	case "fwd":
+		return rp.parseFwd()
 	case "dnat", "snat", "masquerade", "redirect":
 		return rp.parseNat()
 	case "add", "update", "delete":

@@ -21,6 +21,8 @@ const (
 	vReturn
 	vJump
 	vGoto
+	// vStolen: fwd sent the packet out of device chainName.
+	vStolen
 )
 
 // verdict is a verdict statement or verdict-map datum.
@@ -49,6 +51,8 @@ func (v *verdict) String() string {
 		return "jump " + v.chainName
 	case vGoto:
 		return "goto " + v.chainName
+	case vStolen:
+		return "fwd to " + v.chainName
 	}
 	return "continue"
 }

@@ -178,3 +178,40 @@ func (rp *ruleParser) parseDup() (stmt, error) {
 	s.txt = rp.textFrom(start)
 	return s, nil
 }
+
+// fwdStmt is "fwd to DEV" or "fwd [ip|ip6] to ADDR device DEV" in a netdev ingress
+// chain: the packet leaves by DEV as it is, past the IP hooks.
+type fwdStmt struct {
+	dev string
+	txt string
+}
+
+func (s *fwdStmt) String() string { return s.txt }
+
+func (s *fwdStmt) exec(c *evalCtx) (result, *verdict) {
+	return rVerdict, &verdict{kind: vStolen, chainName: s.dev}
+}
+
+// parseFwd reads "fwd to DEV" and "fwd [ip|ip6] to ADDR device DEV".
+func (rp *ruleParser) parseFwd() (stmt, error) {
+	start := rp.i
+	kw := rp.next()
+	if rp.tab.family != "netdev" {
+		return nil, errAt(kw, "fwd is only for netdev tables")
+	}
+	if rp.isWord(0, "ip") || rp.isWord(0, "ip6") {
+		rp.next()
+	}
+	if _, err := rp.expectWord("to"); err != nil {
+		return nil, err
+	}
+	to := rp.next()
+	if rp.isWord(0, "device") {
+		rp.next()
+		to = rp.next()
+	}
+	if to.kind != tWord && to.kind != tString {
+		return nil, errAt(to, "expected fwd's device, found %s", to.show())
+	}
+	return &fwdStmt{dev: to.text, txt: rp.textFrom(start)}, nil
+}
