@@ -316,17 +316,13 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 	}
 
 	// The init container, when there is one, is the only privileged part: it sets
-	// the conntrack sysctls with --init-only and exits. Without that it keeps
-	// NET_ADMIN only, to delete kube-proxy's tables.
+	// the conntrack sysctls with --init-only and exits.
 	for i, ic := range spec.InitContainers {
 		is := sec.Containers[i]
 		script := strings.Join(append(slices.Clone(ic.Command), ic.Args...), " ")
 		want := []string{"nft -f /etc/nftproxy/conntrack-probe.nft", "--config=/etc/nftproxy/config.yaml", "--init-only"}
 		if !is.Privileged {
-			want = []string{takeoverCommand}
-			if is.Escalation || !slices.Equal(is.Drop, []v1.Capability{"ALL"}) || !slices.Equal(is.Add, []v1.Capability{"NET_ADMIN"}) || is.Seccomp != v1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("init container %s: not privileged, and not restricted to NET_ADMIN: %+v", ic.Name, is)
-			}
+			t.Errorf("init container %s: not privileged, so it cannot set the conntrack sysctls: %+v", ic.Name, is)
 		}
 		for _, w := range want {
 			if !strings.Contains(script, w) {
@@ -345,9 +341,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 	}
 }
 
-// takeoverCommand is the init container's line that deletes kube-proxy's nftables
-// tables: nftproxy's own --cleanup, aimed at kube-proxy's table name.
-const takeoverCommand = "/usr/local/bin/nftproxy --cleanup --table-name=kube-proxy"
+// takeoverFlag makes the daemon delete kube-proxy's nftables tables once its own rules
+// are in place.
+const takeoverFlag = "--cleanup-table-after-sync=kube-proxy"
 
 func hasNodeName(c v1.Container) bool {
 	return slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
@@ -359,8 +355,11 @@ func TestDaemonSetSecurity(t *testing.T) {
 	objs := decodeAll(t)
 	ds := objs["DaemonSet"].(*appsv1.DaemonSet)
 	checkDaemonSet(t, ds, objs["ServiceAccount"].(*v1.ServiceAccount), objs["ConfigMap"].(*v1.ConfigMap))
-	if ics := ds.Spec.Template.Spec.InitContainers; len(ics) != 1 || !strings.Contains(strings.Join(ics[0].Command, " "), takeoverCommand) {
-		t.Errorf("init containers %v: want the conntrack-sysctls one, which also deletes kube-proxy's tables", ics)
+	if ics := ds.Spec.Template.Spec.InitContainers; len(ics) != 1 || ics[0].Name != "conntrack-sysctls" {
+		t.Errorf("init containers %v: want the conntrack-sysctls one", ics)
+	}
+	if c := ds.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Command, takeoverFlag) {
+		t.Errorf("command %v: want %s, which takes the node over from kube-proxy", c.Command, takeoverFlag)
 	}
 	// The image is set in kustomization.yaml only: the manifests name it bare.
 	for _, c := range append(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers...) {
@@ -640,22 +639,25 @@ table inet filter {
 }
 `
 
-// TestTakeoverRemovesKubeProxyTables runs the init container's takeover line, with
-// the real binary, in a fresh network namespace holding kube-proxy's tables: they
-// go, and nothing else does; run again on a clean node it succeeds and changes
-// nothing.
+// TestTakeoverRemovesKubeProxyTables runs the deletion that the DaemonSet's
+// --cleanup-table-after-sync makes once the daemon has synced (nftproxy's cleanup aimed
+// at the flag's table; e2e/cluster's migration test runs the daemon so on a node that
+// ran kube-proxy), with the real binary, in a fresh network namespace holding
+// kube-proxy's tables: they go, and nothing else does; run again on a clean node it
+// succeeds and changes nothing.
 func TestTakeoverRemovesKubeProxyTables(t *testing.T) {
 	testenv.RequireRoot(t, "nft")
 	ds := decodeAll(t)["DaemonSet"].(*appsv1.DaemonSet)
-	var line string
-	for _, l := range strings.Split(strings.Join(ds.Spec.Template.Spec.InitContainers[0].Command, "\n"), "\n") {
-		if strings.Contains(l, "--cleanup") {
-			line = strings.TrimSpace(l)
+	table := ""
+	for _, arg := range ds.Spec.Template.Spec.Containers[0].Command {
+		if v, ok := strings.CutPrefix(arg, "--cleanup-table-after-sync="); ok {
+			table = v
 		}
 	}
-	if line != takeoverCommand {
-		t.Fatalf("init container's cleanup line %q, want %q", line, takeoverCommand)
+	if table != "kube-proxy" {
+		t.Fatalf("the daemon's --cleanup-table-after-sync is %q, want kube-proxy", table)
 	}
+	line := "/usr/local/bin/nftproxy --cleanup --table-name=" + table
 	bin := buildDaemon(t)
 	ns, err := lab.NewNS(fmt.Sprintf("%stakeover-%d", lab.NamePrefix, os.Getpid()))
 	if err != nil {
