@@ -359,13 +359,15 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node, extra ...string) erro
 }
 
 // nftproxyArgs writes deploy/'s files for the node and returns the DaemonSet's command
-// line for them.
+// line for them (with its takeover from kube-proxy, which changes nothing on a node
+// kube-proxy never ran on).
 func (c *Cluster) nftproxyArgs(ctx context.Context, n *Node) ([]string, error) {
 	config, kubeconfig, err := c.deployFiles(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	return []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name}, nil
+	return []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name,
+		"--cleanup-table-after-sync=kube-proxy"}, nil
 }
 
 // Node returns the node called name, or nil.

@@ -21,8 +21,9 @@ import (
 // ClusterRoleBinding applied from deploy/, a token of that ServiceAccount (as the
 // DaemonSet's projected volume holds it), the ConfigMap's kubeconfig.conf pointing at the
 // API server's address and its config.yaml with the lab's CIDRs, and the DaemonSet's
-// command line (--config, --kubeconfig, --hostname-override). Only the conntrack settings
-// differ from deploy/'s: all 0, leaving the machine's sysctls alone.
+// command line (--config, --kubeconfig, --hostname-override, --cleanup-table-after-sync).
+// Only the conntrack settings differ from deploy/'s: all 0, leaving the machine's sysctls
+// alone.
 
 // deployNamespace is where deploy/ installs nftproxy.
 const deployNamespace = "kube-system"

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ const migrationLabel = "nftproxy.io/proxy"
 // kube-proxy table.
 func moveToNftProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 	t.Helper()
+	from := n.Spec.Proxy
 	if err := c.LabelNode(ctx, n.Spec.Name, migrationLabel, "nftproxy"); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +36,7 @@ func moveToNftProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 		t.Fatalf("%s: init container: %v %s", n.Spec.Name, err, out)
 	}
 	start := time.Now()
-	if err := c.StartProxy(ctx, n, NftProxy, "--cleanup-table-after-sync=kube-proxy"); err != nil {
+	if err := c.StartProxy(ctx, n, NftProxy); err != nil { // with the DaemonSet's --cleanup-table-after-sync=kube-proxy
 		t.Fatal(err)
 	}
 	took := waitSynced(t, ctx, c, n, start)
@@ -47,13 +49,40 @@ func moveToNftProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 	if err != nil || !slices.Contains(tables, "ip nftproxy") {
 		t.Errorf("%s: tables %v: want ip nftproxy and no kube-proxy table (%v)", n.Spec.Name, tables, err)
 	}
-	t.Logf("%s: moved to nftproxy, synced %v after its start; tables %v", n.Spec.Name, took.Round(time.Millisecond), tables)
+	if from == KubeProxyIptables {
+		// Its chains stay: kube-proxy's own cleanup, once nftproxy is ready (step 3).
+		if out, err := c.KubeProxyOnce(ctx, n, "--cleanup"); err != nil {
+			t.Fatalf("%s: kube-proxy --cleanup: %v %s", n.Spec.Name, err, out)
+		}
+		if chains := kubeChains(t, ctx, n); chains > 0 {
+			t.Errorf("%s: %d KUBE- chains or rules left after kube-proxy --cleanup", n.Spec.Name, chains)
+		}
+	}
+	t.Logf("%s: moved from %s to nftproxy, synced %v after its start; tables %v", n.Spec.Name, from, took.Round(time.Millisecond), tables)
+}
+
+// kubeChains counts the lines of iptables-save that name one of kube-proxy's KUBE- chains
+// but KUBE-FIREWALL, which kube-proxy --cleanup leaves (the kubelet makes it too: it drops
+// connections to 127.0.0.0/8 from outside).
+func kubeChains(t *testing.T, ctx context.Context, n *Node) int {
+	t.Helper()
+	out, err := n.Exec(ctx, "", "iptables-save")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(strings.ReplaceAll(l, "KUBE-FIREWALL", ""), "KUBE-") {
+			count++
+		}
+	}
+	return count
 }
 
 // moveToKubeProxy is deploy/README.md's "Roll a node back": remove the label (nftproxy's
 // pod stops, leaving its table; kube-proxy's starts), wait for kube-proxy's first sync,
 // then `nftproxy --cleanup` on the node.
-func moveToKubeProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
+func moveToKubeProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node, to Proxy) {
 	t.Helper()
 	if err := c.LabelNode(ctx, n.Spec.Name, migrationLabel, ""); err != nil {
 		t.Fatal(err)
@@ -62,15 +91,22 @@ func moveToKubeProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err := c.StartProxy(ctx, n, KubeProxyNftables); err != nil {
+	if err := c.StartProxy(ctx, n, to); err != nil {
 		t.Fatal(err)
 	}
 	took := waitSynced(t, ctx, c, n, start)
 	if out, err := c.NftProxyOnce(ctx, n, "--cleanup"); err != nil {
 		t.Fatalf("%s: nftproxy --cleanup: %v %s", n.Spec.Name, err, out)
 	}
-	tables := checkTables(t, ctx, c, n, "ip kube-proxy", "ip nftproxy")
-	t.Logf("%s: back on kube-proxy, synced %v after its start; tables %v", n.Spec.Name, took.Round(time.Millisecond), tables)
+	want := "ip kube-proxy"
+	if to == KubeProxyIptables {
+		want = "ip nat" // iptables-nft's
+		if kubeChains(t, ctx, n) == 0 {
+			t.Errorf("%s: no KUBE- chain after kube-proxy's sync", n.Spec.Name)
+		}
+	}
+	tables := checkTables(t, ctx, c, n, want, "ip nftproxy")
+	t.Logf("%s: back on %s, synced %v after its start; tables %v", n.Spec.Name, to, took.Round(time.Millisecond), tables)
 }
 
 // checkTables fails t unless the node holds the table want and not the table gone.
@@ -86,10 +122,11 @@ func checkTables(t *testing.T, ctx context.Context, c *Cluster, n *Node, want, g
 	return tables
 }
 
-// TestOperationsMigration moves every node of a cluster running kube-proxy (nftables mode)
-// to nftproxy, one at a time as deploy/README.md says, and back again, with clients in pods
-// on every node and outside (through every node's node ports) connected throughout: no
-// new connection fails and every long-lived connection survives.
+// TestOperationsMigration moves every node of a cluster running kube-proxy (three in
+// nftables mode, one in iptables mode) to nftproxy, one at a time as deploy/README.md says,
+// and back again, with clients in pods on every node and outside (through every node's
+// node ports) connected throughout: no new connection fails and every long-lived
+// connection survives.
 func TestOperationsMigration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -97,24 +134,27 @@ func TestOperationsMigration(t *testing.T) {
 		{Name: "node-a", Proxy: KubeProxyNftables},
 		{Name: "node-b", Proxy: KubeProxyNftables},
 		{Name: "node-c", Proxy: KubeProxyNftables},
+		{Name: "node-d", Proxy: KubeProxyIptables},
 	}})
 	pods := opsPods(t, ctx, c)
 	svc := createOpsService(t, ctx, c, v1.ServiceTypeNodePort, v1.ServiceExternalTrafficPolicyCluster, pods)
 	traffic := opsClients(t, ctx, c, pods, svc)
 	time.Sleep(time.Second)
 
-	step := func(what string, n *Node, move func(*testing.T, context.Context, *Cluster, *Node)) {
+	step := func(what string, n *Node, move func()) {
 		before, _ := snapshot(traffic)
-		move(t, ctx, c, n)
+		move()
 		time.Sleep(time.Second) // connections through the node's new rules
 		after, attempts := snapshot(traffic)
 		t.Logf("%s %s: %d failures (so far %d in %d new connections)", what, n.Spec.Name, after-before, after, attempts)
 	}
+	was := map[*Node]Proxy{}
 	for _, n := range c.Nodes {
-		step("to nftproxy:", n, moveToNftProxy)
+		was[n] = n.Spec.Proxy
+		step("to nftproxy:", n, func() { moveToNftProxy(t, ctx, c, n) })
 	}
 	for _, n := range c.Nodes {
-		step("back to kube-proxy:", n, moveToKubeProxy)
+		step("back to "+string(was[n])+":", n, func() { moveToKubeProxy(t, ctx, c, n, was[n]) })
 	}
 	counts := stopClients(t, traffic)
 	failed, attempts := failures(counts)
