@@ -67,10 +67,17 @@ type realCase struct {
 
 func runReal(t *testing.T, progs map[string]*Program, cases []realCase) {
 	t.Helper()
+	runRealEnv(t, progs, realEnv, cases)
+}
+
+// runRealEnv traces each case's packet on env through every form of the program and
+// compares the summaries.
+func runRealEnv(t *testing.T, progs map[string]*Program, env Env, cases []realCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			for form, p := range progs {
-				tr, err := p.Trace(packet.MustParse(tc.pkt), realEnv)
+				tr, err := p.Trace(packet.MustParse(tc.pkt), env)
 				if err != nil {
 					t.Fatalf("%s: %v", form, err)
 				}

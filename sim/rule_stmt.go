@@ -153,6 +153,10 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 		m.und = me
 	}
 	syms := symbolsOf(lhs)
+	if fe, ok := lhs.(*fibExpr); ok && fe.result == "oif" && rp.isWord(0, "0") && (op == opImplicit || op == opEq || op == opNeq) {
+		// "oif 0" (iptables-nft's rpfilter) is interface index 0: "oif missing".
+		rp.toks[rp.i].text = "missing"
+	}
 	if fe, ok := lhs.(*fibExpr); ok && fe.result != "type" && (rp.isWord(0, "missing") || rp.isWord(0, "exists")) && (op == opImplicit || op == opEq || op == opNeq) {
 		// "oif missing": the lookup found no interface (the result is zero).
 		missing := rp.next().text == "missing"
