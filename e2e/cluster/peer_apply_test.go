@@ -185,6 +185,12 @@ func (ap *applied) waitProgrammed(ctx context.Context, c *Cluster, settle time.D
 			return fmt.Errorf("%w: want %v, last seen %v", err, want, got)
 		}
 	}
+	return waitRulesets(ctx, settle, ap.missingFrom, nodes...)
+}
+
+// waitRulesets waits until the rulesets of nodes have not changed for settle and
+// missing (naming what a ruleset lacks, "" when nothing) is content with each.
+func waitRulesets(ctx context.Context, settle time.Duration, missing func(ruleset string) string, nodes ...*Node) error {
 	last := make([]string, len(nodes))
 	since := time.Now()
 	return waitFor(ctx, 2*defaultWait, "rulesets settle", func() (bool, error) {
@@ -197,8 +203,8 @@ func (ap *applied) waitProgrammed(ctx context.Context, c *Cluster, settle time.D
 			if text != last[i] {
 				last[i], changed = text, true
 			}
-			if missing := ap.missingFrom(text); missing != "" {
-				return false, fmt.Errorf("node %s has no rules for %s yet", n.Spec.Name, missing)
+			if m := missing(text); m != "" {
+				return false, fmt.Errorf("node %s has no rules for %s yet", n.Spec.Name, m)
 			}
 		}
 		if changed {

@@ -181,10 +181,31 @@ type peerView struct {
 	// names are the canonical names of addresses: a twin's pod on this node and on the
 	// other compared node are its name with "@here" and "@peer" on both nodes.
 	names map[netip.Addr]string
+	// peerCIDR is the other compared node's pod CIDR: pods without a name are named by
+	// their host number and node.
+	peerCIDR netip.Prefix
 }
 
 func newPeerView(ctx context.Context, n *Node, side int, ap *applied, c *Cluster) (*peerView, error) {
-	v := &peerView{node: n, side: side, ap: ap, names: map[netip.Addr]string{}}
+	v, err := liveView(ctx, n, side, c)
+	if err != nil {
+		return nil, err
+	}
+	v.ap = ap
+	for i, pair := range ap.twins {
+		v.names[pair[side].Addr] = ap.set.twins[i].name + "@here"
+		v.names[pair[1-side].Addr] = ap.set.twins[i].name + "@peer"
+	}
+	for _, p := range ap.others {
+		v.names[p.Addr] = p.Spec.Name
+	}
+	return v, nil
+}
+
+// liveView compiles the live ruleset of n, the compared node of side side, and names
+// the cluster's nodes and their pod gateways.
+func liveView(ctx context.Context, n *Node, side int, c *Cluster) (*peerView, error) {
+	v := &peerView{node: n, side: side, names: map[netip.Addr]string{}}
 	var err error
 	if v.prog, v.text, err = n.LiveProgram(ctx); err != nil {
 		return nil, err
@@ -198,13 +219,7 @@ func newPeerView(ctx context.Context, n *Node, side int, ap *applied, c *Cluster
 	}
 	v.names[n.Addr] = "this node"
 	v.names[n.PodCIDR.Addr().Next()] = "this node's pod gateway"
-	for i, pair := range ap.twins {
-		v.names[pair[side].Addr] = ap.set.twins[i].name + "@here"
-		v.names[pair[1-side].Addr] = ap.set.twins[i].name + "@peer"
-	}
-	for _, p := range ap.others {
-		v.names[p.Addr] = p.Spec.Name
-	}
+	v.peerCIDR = c.Node(comparedNodes[1-side]).PodCIDR
 	return v, nil
 }
 
@@ -237,6 +252,12 @@ func (v *peerView) name(a netip.Addr) string {
 	if n, ok := v.names[a]; ok {
 		return n
 	}
+	switch {
+	case v.node.PodCIDR.Contains(a):
+		return fmt.Sprintf("pod .%d@here", a.As4()[3])
+	case v.peerCIDR.Contains(a):
+		return fmt.Sprintf("pod .%d@peer", a.As4()[3])
+	}
 	return a.String()
 }
 
@@ -245,11 +266,7 @@ func (v *peerView) name(a netip.Addr) string {
 // to the endpoint whose name sorts first, then the probe's own from another port.
 func (v *peerView) outcome(pr probe) (string, error) {
 	if pr.dst != dstAffinity {
-		tr, err := v.prog.Trace(v.packet(pr, 40000), v.env)
-		if err != nil {
-			return "", err
-		}
-		return v.class(tr), nil
+		return v.classOf(v.packet(pr, 40000))
 	}
 	env := v.env
 	env.Select = func(tr *sim.Trace) int {
@@ -266,6 +283,15 @@ func (v *peerView) outcome(pr probe) (string, error) {
 		return "", err
 	}
 	tr, err := rt.Trace(v.packet(pr, 40001))
+	if err != nil {
+		return "", err
+	}
+	return v.class(tr), nil
+}
+
+// classOf traces p from a fresh state and returns its outcome class.
+func (v *peerView) classOf(p packet.Packet) (string, error) {
+	tr, err := v.prog.Trace(p, v.env)
 	if err != nil {
 		return "", err
 	}

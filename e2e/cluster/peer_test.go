@@ -23,9 +23,10 @@ import (
 // alike), and each node is a zone of its own; what is local, in-zone or on-node to one
 // node is then exactly the twin of what is to the other, and the canonical names
 // "NAME@here" and "NAME@peer" make the outcomes comparable. Remote pods run on a third
-// node, the same for both.
+// node, the same for both. Then every feature scenario is replayed the same way
+// (peer_features_test.go); NFTPROXY_PEER_FEATURES=0 leaves them out.
 
-// peerSeed and peerSets are the suite's inputs: NFTPROXY_PEER_SEED and
+// peerSeedAndSets returns the suite's inputs: NFTPROXY_PEER_SEED and
 // NFTPROXY_PEER_SETS override them (CI runs the defaults).
 func peerSeedAndSets(t *testing.T) (uint64, int) {
 	seed, sets := uint64(20251126), 5
@@ -38,8 +39,8 @@ func peerSeedAndSets(t *testing.T) (uint64, int) {
 	}
 	if v := os.Getenv("NFTPROXY_PEER_SETS"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 40 {
-			t.Fatalf("NFTPROXY_PEER_SETS=%q: want 1 to 40 (a node holds 250 pods)", v)
+		if err != nil || n < 1 || n > 30 {
+			t.Fatalf("NFTPROXY_PEER_SETS=%q: want 1 to 30 (a node holds 250 pods)", v)
 		}
 		sets = n
 	}
@@ -108,6 +109,9 @@ func TestPeerConformance(t *testing.T) {
 			t.Fatalf("set %d: remove: %v", i, err)
 		}
 	}
+	if os.Getenv("NFTPROXY_PEER_FEATURES") != "0" {
+		replayFeatures(ctx, t, c, a, b, &tally)
+	}
 	if tally.packets < 10000 && sets >= 5 {
 		t.Errorf("%d packets compared, want at least 10000", tally.packets)
 	}
@@ -116,6 +120,21 @@ func TestPeerConformance(t *testing.T) {
 			t.Errorf("no packet had the outcome %q on kube-proxy's node: the sets do not cover it", kind)
 		}
 	}
+}
+
+// count counts one compared packet; report is called for an unexplained difference.
+func (p *peerTally) count(pr probe, nftproxy, kubeProxy string, report func()) {
+	p.packets++
+	if nftproxy == kubeProxy {
+		return
+	}
+	p.differences++
+	if reason := explain(pr, nftproxy, kubeProxy); reason != "" {
+		p.byReason[reason]++
+		return
+	}
+	p.unexplained++
+	report()
 }
 
 // outcomeKinds are words of outcome classes (peerView.branch) the suite must see:
@@ -144,25 +163,17 @@ func comparePeers(ctx context.Context, t *testing.T, c *Cluster, ap *applied, nf
 		if err != nil {
 			return 0, fmt.Errorf("%s on %s: %w", pr, kp.Spec.Name, err)
 		}
-		tally.packets++
 		for _, kind := range outcomeKinds {
 			if strings.Contains(ok, kind) {
 				tally.kinds[kind]++
 			}
 		}
-		if on == ok {
-			continue
-		}
-		tally.differences++
-		if reason := explain(pr, on, ok); reason != "" {
-			tally.byReason[reason]++
-			continue
-		}
-		tally.unexplained++
-		if shown++; shown <= 40 {
-			t.Errorf("unexplained difference: %s\n  nftproxy   (%s): %s\n  kube-proxy (%s): %s",
-				pr, vn.packet(pr, 40000), on, vk.packet(pr, 40000), ok)
-		}
+		tally.count(pr, on, ok, func() {
+			if shown++; shown <= 40 {
+				t.Errorf("unexplained difference: %s\n  nftproxy   (%s): %s\n  kube-proxy (%s): %s",
+					pr, vn.packet(pr, 40000), on, vk.packet(pr, 40000), ok)
+			}
+		})
 	}
 	if shown > 0 {
 		// The rulesets, for nftrace --ruleset FILE: the test's directory goes with it.
