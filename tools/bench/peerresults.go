@@ -38,7 +38,9 @@ type PeerRun struct {
 	// LatencyMs is each change's time from the API write to the first new connection
 	// that reaches the new backend pod; Missed counts changes not seen within the timeout.
 	LatencyMs Summary `json:"latency_ms"`
-	Missed    int     `json:"latency_missed"`
+	// LatenciesMs are the changes' latencies in order: the first follows the start.
+	LatenciesMs []float64 `json:"latencies_ms"`
+	Missed      int       `json:"latency_missed"`
 	// CPU is the proxy's CPU (own and its waited-for children's, /proc/PID/stat) over
 	// Changes endpoint changes offered at ChangeRate per second, until the last is applied.
 	Changes      int     `json:"changes"`
@@ -148,6 +150,12 @@ func peerTable(runs []*PeerRun, minSync string) string {
 			s += fmt.Sprintf(" (%d missed)", r.Missed)
 		}
 		return s
+	})
+	row("of which the first change after the start", func(r *PeerRun) string {
+		if len(r.LatenciesMs) == 0 {
+			return "-"
+		}
+		return fmtMs(r.LatenciesMs[0])
 	})
 	row("CPU s per 100 changes (own + nft/iptables)", func(r *PeerRun) string {
 		if r.Changes == 0 {

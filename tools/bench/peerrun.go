@@ -68,7 +68,7 @@ func (pl *peerLab) measureRun(ctx context.Context, p *progress, o peerOptions, r
 		// Let the proxy finish the sync that carried the change before the next one.
 		sleepCtx(ctx, 300*time.Millisecond)
 	}
-	run.LatencyMs = summarize(lat)
+	run.LatencyMs, run.LatenciesMs = summarize(lat), lat
 	p.printf("change -> reached: p50 %s, p99 %s (%d changes, %d missed)", fmtMs(run.LatencyMs.P50), fmtMs(run.LatencyMs.P99), len(lat), run.Missed)
 
 	if err := pl.cpuChanges(ctx, o, rng, run, proc); err != nil {
