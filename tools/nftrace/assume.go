@@ -37,6 +37,9 @@ var assumeKeys = []assumeKey{
 	{"ether", [][2]string{{"match", "no-match"}}, true, "ether header matches; ether:FIELD for one field"},
 	{"vlan", [][2]string{{"match", "no-match"}}, true, "vlan header matches"},
 	{"arp", [][2]string{{"match", "no-match"}}, true, "arp header matches"},
+	{"tproxy", [][2]string{{"socket", "no-socket"}}, false, "tproxy (a transparent socket listens where it points, or none)"},
+	{"osf", [][2]string{{"match", "no-match"}}, false, "osf (the SYN comes from the operating system named, or not)"},
+	{"tcp-option", [][2]string{{"match", "no-match"}}, true, "matches on TCP option values a packet does not show (timestamp tsval, sack left); tcp-option:NAME for one option"},
 }
 
 func findKey(name string) *assumeKey {
@@ -178,6 +181,11 @@ func forkOf(ch sim.Choice) (key, qual string, pair [2]string, taken string, ok b
 		}
 	case f[0] == "queue":
 		key, pair = "queue", pick([2]string{"accept", "drop"}, strings.Contains(out, " drops the packet"))
+	case f[0] == "tproxy":
+		key, pair = "tproxy", pick([2]string{"socket", "no-socket"}, strings.HasPrefix(out, "no socket "))
+	case f[0] == "tcp" && len(f) > 2 && f[1] == "option":
+		key, qual = "tcp-option", f[2]
+		pair = pick([2]string{"match", "no-match"}, strings.Contains(out, " does not hold"))
 	default:
 		key = f[0]
 		if key == "skuid" || key == "skgid" {

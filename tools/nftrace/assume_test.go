@@ -96,6 +96,31 @@ func TestAssumePins(t *testing.T) {
 			t.Errorf("%s %s --assume %v: cases %q, want %q", tc.file, tc.pkt, tc.assume, got, tc.want)
 		}
 	}
+	// tproxy, osf and TCP option values: pinned by their own keys.
+	const (
+		tproxied   = "tcp 1.2.3.4:5555 -> 10.9.0.1:80 iif eth0"
+		socket     = "a transparent socket listens on 127.0.0.1:8080"
+		noSocket   = "no socket listens on 127.0.0.1:8080"
+		notWindows = `osf name "Windows" does not hold`
+		tsvalNot0  = "tcp option timestamp tsval 0 does not hold"
+	)
+	for _, tc := range []struct {
+		assume []string
+		want   []string
+	}{
+		{[]string{"osf=no-match", "tcp-option=no-match", "tproxy=socket"}, []string{notWindows + " and " + tsvalNot0 + " and " + socket + " => accept"}},
+		{[]string{"osf=no-match", "tcp-option:timestamp=no-match", "tproxy=no-socket"}, []string{notWindows + " and " + tsvalNot0 + " and " + noSocket + " => accept"}},
+		{[]string{"osf=match"}, []string{`osf name "Windows" holds => drop`}},
+	} {
+		args := []string{"--ruleset", "testdata/tproxy.nft", "--local", "192.168.0.2"}
+		for _, a := range tc.assume {
+			args = append(args, "--assume", a)
+		}
+		res := runJSON(t, append(args, tproxied)...)
+		if got := cases(res[0]); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s --assume %v: cases %q, want %q", tproxied, tc.assume, got, tc.want)
+		}
+	}
 	// One pin decides it all: the verdict is no longer mixed, and the probabilities of
 	// the endpoints sum to 1 again.
 	res := runJSON(t, "--ruleset", iptablesNft, "--assume", "xt=match", podToClusterIP)
