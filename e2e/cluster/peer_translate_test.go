@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path/filepath"
 	"slices"
+	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -309,4 +311,54 @@ func (tr *translator) packet(st *features.Step, side int, node *Node) packet.Pac
 	p.Src = netip.AddrPortFrom(src, p.Src.Port())
 	p.Dst = netip.AddrPortFrom(dst, dport)
 	return p
+}
+
+// TestTranslator translates features/topology/hints.yaml for a lab of three nodes and
+// checks the twins: the endpoint of the scenario's node on both compared nodes, hinted
+// for each one's own zone; the others on node-c, hinted for both compared nodes' zone
+// when they were for the scenario node's; a pod packet from each side's twin address.
+func TestTranslator(t *testing.T) {
+	sc, err := features.LoadFile(filepath.Join(repoRoot, "features/topology/hints.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{}
+	for i, name := range []string{"node-a", "node-b", "node-c"} {
+		c.Nodes = append(c.Nodes, &Node{Spec: NodeSpec{Name: name}, Addr: netip.AddrFrom4([4]byte{192, 168, 80, byte(11 + i)}),
+			PodCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 80, byte(1 + i), 0}), 24)})
+	}
+	hosts := 60
+	tr := newTranslator(c, sc, 3, &hosts)
+	objs, err := decodeDocs(sc.Cluster.Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := tr.service(objs[0].(*v1.Service))
+	if svc.Name != "f3-shop-hinted" || svc.Spec.ClusterIP != "172.30.67.1" || svc.Spec.Ports[0].NodePort != 30120 {
+		t.Errorf("service: %s %s node port %d, want f3-shop-hinted 172.30.67.1 node port 30120",
+			svc.Name, svc.Spec.ClusterIP, svc.Spec.Ports[0].NodePort)
+	}
+	var got []string
+	for _, ep := range tr.slice(objs[1].(*discoveryv1.EndpointSlice)).Endpoints {
+		var zones []string
+		if ep.Hints != nil {
+			for _, z := range ep.Hints.ForZones {
+				zones = append(zones, z.Name)
+			}
+		}
+		got = append(got, fmt.Sprintf("%s@%s%v", ep.Addresses[0], *ep.NodeName, zones))
+	}
+	want := []string{"10.80.1.60@node-a[zone-node-a]", "10.80.2.60@node-b[zone-node-b]",
+		"10.80.3.61@node-c[f3-zone-b]", "10.80.3.62@node-c[zone-node-a zone-node-b]", "10.80.3.63@node-c[]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("endpoints:\n got %v\nwant %v", got, want)
+	}
+	st := &features.Step{Packet: &packet.Packet{Protocol: packet.TCP, Src: netip.MustParseAddrPort("10.1.0.20:40000"),
+		Dst: netip.MustParseAddrPort("192.168.0.10:31100")}, From: features.FromPod}
+	for side, want := range []string{"tcp 10.80.1.60:40000 -> 192.168.80.11:30120 iif vethreplay",
+		"tcp 10.80.2.60:40000 -> 192.168.80.12:30120 iif vethreplay"} {
+		if got := tr.packet(st, side, c.Nodes[side]).String(); got != want {
+			t.Errorf("packet on side %d: %s, want %s", side, got, want)
+		}
+	}
 }
