@@ -296,6 +296,32 @@ table inet i {
 		send: udpSend(9, 10, 11, 12),
 		pkts: udpPkts(9, 10, 11, 12),
 	},
+	{
+		// Stateless NAT in prerouting: a port, a destination and a source rewritten.
+		name: "payload set",
+		rules: `table ip s {
+	chain pre {
+		type filter hook prerouting priority filter; policy accept;
+		iifname != "lo" accept
+		udp dport 9 udp dport set 10
+		udp dport 11 ip daddr set 127.0.0.3
+		udp dport 12 ip saddr set 127.0.0.5
+	}
+
+	chain in {
+		type filter hook input priority filter; policy accept;
+		meta l4proto != udp accept
+		ip daddr 127.0.0.3 counter
+		ip saddr 127.0.0.5 counter
+		ip daddr != 127.0.0.2 accept
+		udp dport 9 counter
+		udp dport 10 counter
+	}
+}
+`,
+		send: udpSend(9, 11, 12),
+		pkts: udpPkts(9, 11, 12),
+	},
 }
 
 // rawSYN sends a TCP SYN from 127.0.0.1:40000 to 127.0.0.2:8080 through a raw

@@ -113,6 +113,14 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 				}
 				return &hdrSetStmt{f: h, val: lo[0], txt: rp.textFrom(start)}, nil
 			}
+			if f, ok := lhs.(*ipField); ok && (f.field == "saddr" || f.field == "daddr") {
+				rp.next()
+				return rp.parsePayloadSet(start, lhs)
+			}
+			if _, ok := lhs.(*thField); ok {
+				rp.next()
+				return rp.parsePayloadSet(start, lhs)
+			}
 			return nil, errAt(n, "cannot set %s", lhs)
 		case "map":
 			return nil, errAt(n, "a map lookup needs a statement that uses its value")
