@@ -193,7 +193,8 @@ func TestKernelNetlinkIPv6(t *testing.T) {
 // TestKernelNetlinkResync checks when a full sync over an existing table loads its
 // elements over netlink: when the Syncer applied the table's rules itself and they
 // stay (a periodic resync, which also repairs elements changed behind its back),
-// and not when the rules change or a new Syncer adopts the table.
+// or a new Syncer adopts a table that has every object it wants; not when the
+// rules change, nor when the adopted table lacks an object.
 func TestKernelNetlinkResync(t *testing.T) {
 	ctx := context.Background()
 	st := cluster(40)
@@ -239,17 +240,32 @@ func TestKernelNetlinkResync(t *testing.T) {
 		t.Errorf("the Syncer does not remember the structure it applied")
 	}
 
-	// A new Syncer does not know the rules in the table.
+	// A new Syncer adopting a table that lacks a chain it wants writes it all
+	// through nft.
+	st2 := clone(st)
+	setEndpoints(st2, name, 7, 29)
 	s2 := New(nft, WithNetlink(KernelNetlink(ns.Do)))
-	if res, err := s2.Sync(ctx, ruleset.Build(st, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements != 0 {
-		t.Fatalf("adopting the table: %+v, %v; want it all through nft", res, err)
+	if res, err := s2.Sync(ctx, ruleset.Build(st2, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements != 0 {
+		t.Fatalf("adopting a table without dnat-29: %+v, %v; want it all through nft", res, err)
 	}
+	checkKernelTable(t, nft, ruleset.Build(st2, testConfig, knftables.IPv4Family), nil)
+	// One adopting a table with every object it wants, and more (dnat-29, which it
+	// deletes, as svc-7 goes down to 2 endpoints, a count in use), writes the
+	// elements over netlink.
+	st3 := clone(st2)
+	setEndpoints(st3, name, 7, 2)
+	rs3 := ruleset.Build(st3, testConfig, knftables.IPv4Family)
+	s3 := New(nft, WithNetlink(KernelNetlink(ns.Do)))
+	if res, err := s3.Sync(ctx, rs3); err != nil || res.NetlinkElements == 0 || !res.Deleted {
+		t.Fatalf("adopting the table: %+v, %v; want elements over netlink, dnat-29 deleted", res, err)
+	}
+	checkKernelTable(t, nft, rs3, nil)
 	// Its next full sync, of the same rules, goes over netlink.
-	s2.RequestFullSync()
-	if res, err := s2.Sync(ctx, ruleset.Build(st, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements == 0 {
+	s3.RequestFullSync()
+	if res, err := s3.Sync(ctx, ruleset.Build(st3, testConfig, knftables.IPv4Family)); err != nil || res.NetlinkElements == 0 {
 		t.Fatalf("second full sync of the new Syncer: %+v, %v; want elements over netlink", res, err)
 	}
-	checkKernelTable(t, nft, rs, nil)
+	checkKernelTable(t, nft, rs3, nil)
 }
 
 // TestKernelNetlinkFallback makes the netlink load fail: the full sync writes the

@@ -48,6 +48,8 @@ type Syncer struct {
 	// structure identifies the table's chains, rules, sets and maps (not elements)
 	// as of the last successful sync, or is "" when unknown (see Syncer.structureOf).
 	structure string
+	// sealed stands for the applied ruleset after Seal (applied is then nil).
+	sealed *seal
 }
 
 // tableDefs are the definitions of a table's sets and maps, by name.
@@ -129,6 +131,9 @@ func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }
 // (O(size of the ruleset) in CPU, O(changes) in nft operations). The Syncer keeps
 // desired as the applied state, so callers must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
+	if s.sealed != nil && s.takeOver(desired) {
+		return Result{}, nil
+	}
 	var delta *changeset.Delta
 	if s.applied != nil && !s.live {
 		delta = changeset.Diff(s.applied, desired)
@@ -151,6 +156,9 @@ func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, er
 // When a full sync is due (the first sync, after RequestFullSync or a failure),
 // delta is ignored and the whole of desired is written.
 func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
+	if s.sealed != nil {
+		s.sealed, s.full = nil, true
+	}
 	moves := s.plannedMoves(ctx, desired, delta)
 	if s.full || s.applied == nil || delta == nil {
 		res, err := s.fullSync(ctx, desired)
@@ -311,12 +319,14 @@ func (s *Syncer) forgetDefs() { s.defs, s.structure = tableDefs{}, "" }
 //
 // With a netlink transport (WithNetlink), when the table has no chains yet or its
 // chains, rules, sets and maps are those of desired (as the Syncer applied them
-// last), the elements of the sets and maps go over netlink instead: nft writes
-// everything else, then one netlink batch flushes those sets and maps and adds
-// their elements, atomically. Between the two the rules are those wanted, and the
-// elements of the last sync stay in place. Otherwise — a restarted proxier adopting
-// a table, or a full sync that changes rules — the single nft transaction keeps the
-// switch atomic. Should the netlink batch fail, the whole table is written through
+// last), or the Syncer does not know what the table holds and it has every chain,
+// set and map of desired (see covers: a restarted proxier adopting a table), the
+// elements of the sets and maps go over netlink instead: nft writes everything
+// else, then one netlink batch flushes those sets and maps and adds their
+// elements, atomically. Between the two the rules are those wanted, and the
+// elements of the last sync stay in place. Otherwise — a full sync that changes
+// rules, or an adopted table that lacks some object — the single nft transaction
+// keeps the switch atomic. Should the netlink batch fail, the whole table is written through
 // nft after all (Result.Fallback says why), and later syncs use nft only.
 func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
 	existing, err := s.listExisting(ctx, desired)
@@ -327,7 +337,7 @@ func (s *Syncer) fullSync(ctx context.Context, desired *ruleset.Ruleset) (Result
 	var structure string
 	if s.transport != nil {
 		structure = s.structureOf(desired)
-		if len(existing["chain"]) == 0 || s.structure == structure {
+		if len(existing["chain"]) == 0 || s.structure == structure || (s.structure == "" && covers(existing, desired)) {
 			conts = netlinkContainers(desired)
 		}
 	}
@@ -395,6 +405,39 @@ func (s *Syncer) listExisting(ctx context.Context, desired *ruleset.Ruleset) (ma
 		existing["set"], existing["map"] = named(existing["set"]), named(existing["map"])
 	}
 	return existing, nil
+}
+
+// covers reports whether the table's objects existing include every chain, set and
+// map of desired, so that a full sync adds none: then a Syncer that does not know
+// what the table holds (a restarted proxier adopting it, or after a failed sync)
+// writes the elements over netlink after nft's step rather than in it. Between the
+// two steps the table has desired's rules and the elements it had, in sets and maps
+// of the same names and definitions (nft refuses to re-add a set or map of another
+// type, which takes the fallback that recreates the table in one transaction), as
+// when the previous proxier, of the same layout, wrote them; the objects the table
+// holds beyond desired's, which nft deletes in its step, are the emptied ones
+// incremental syncs keep. At 50,000 Services this is what takes an adopting sync
+// from one nft transaction of 746k elements (12 s) to seconds.
+func covers(existing map[string][]string, desired *ruleset.Ruleset) bool {
+	for _, kind := range []struct {
+		kind  string
+		names []string
+	}{
+		{"chain", slices.Collect(maps.Keys(desired.Chains))},
+		{"set", slices.Collect(maps.Keys(desired.Sets))},
+		{"map", slices.Collect(maps.Keys(desired.Maps))},
+	} {
+		have := make(map[string]bool, len(existing[kind.kind]))
+		for _, n := range existing[kind.kind] {
+			have[n] = true
+		}
+		for _, n := range kind.names {
+			if !have[n] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // structureOf identifies the chains, rules, sets and maps of rs, leaving out the

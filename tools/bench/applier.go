@@ -103,6 +103,7 @@ func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) 
 	if err != nil {
 		return stats, err
 	}
+	a.s.Seal() // as Proxier.firstSync
 	rs, _ := a.b.Update(st, nil)
 	a.built = true
 	if err := writeHeapProfile(); err != nil {

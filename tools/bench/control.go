@@ -60,6 +60,9 @@ type ControlResult struct {
 	// (the O(cluster) path the incremental builder replaces), median of a few.
 	PureBuildMs float64      `json:"pure_build_ms"`
 	Churn       *ChurnResult `json:"churn,omitempty"`
+	// Restart is the first sync of a new Builder and Syncer over the table the
+	// measured ones left, as a restarted proxier's: adopting a table it did not write.
+	Restart *UpdateStats `json:"restart,omitempty"`
 }
 
 // UpdateStats is one sync.
@@ -362,6 +365,18 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 			cr.Throughput, cr.Syncs, cr.FullSyncs, cr.Batch.P50, cr.Batch.Max, cr.Sync.P50, cr.Sync.Max, cr.BuildMs.P50, cr.NftMs.P50, cr.BacklogAtEnd)
 	}
 	res.PeakRSSEndMB = vmHWM()
+	if o.Updates > 0 {
+		a = nil // the restarted proxier's memory is its own
+		runtime.GC()
+		st, err := newApplier(nft, cfg).apply(ctx, c.state, nil)
+		if err != nil {
+			return nil, fmt.Errorf("restart: adopting the table of %d Services: %w", o.N, err)
+		}
+		rs := stats(st)
+		res.Restart = &rs
+		say("restart: a new Syncer adopts the table in %.2fs (build %.2fs, sync %.2fs, %d operations, %d elements over netlink), then builder index %.2fs",
+			rs.TotalMs/1e3, rs.BuildMs/1e3, rs.SyncMs/1e3, rs.Operations, rs.NetlinkElements, rs.IndexMs/1e3)
+	}
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_CHILDREN, &ru); err == nil {
 		res.NftPeakRSSMB = float64(ru.Maxrss) / 1024 // kB

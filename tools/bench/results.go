@@ -247,6 +247,13 @@ func (r *Results) markdown() string {
 				fmtMs(ch.Sync.P50), fmtMs(ch.Sync.Max), fmtMs(ch.BuildMs.P50), fmtMs(ch.NftMs.P50), ch.Operations, ch.BacklogAtEnd)
 		}
 	}
+	for _, c := range r.Control {
+		if rs := c.Restart; rs != nil {
+			w("")
+			w("Restart at %s: a new Builder and Syncer take over the table the measured ones left, as a restarted proxier does: programmed in %s (build %s + sync %s; %d operations, %d elements over netlink), then Builder index %s.",
+				short(c.N), fmtMs(rs.TotalMs), fmtMs(rs.BuildMs), fmtMs(rs.SyncMs), rs.Operations, rs.NetlinkElements, fmtMs(rs.IndexMs))
+		}
+	}
 	w("")
 
 	w("## Control plane (baseline: kube-proxy iptables mode)")
