@@ -63,6 +63,8 @@ type hookEntry struct {
 type Program struct {
 	tables []*table
 	hooks  [2][numHooks][]hookEntry // [IPv4, IPv6][hook]
+	// unsupported are the compile errors of what Forks turned into forks.
+	unsupported []string
 	// bridged are the bridge tables' base chains, which the simulator does not
 	// trace (its packets are routed, not bridged).
 	bridged []string
@@ -80,10 +82,11 @@ func CompileText(src string) (*Program, error) {
 
 // CompileOptions change what Compile* accepts.
 type CompileOptions struct {
-	// Forks accepts what a packet cannot decide — limit rate, quota, ct count, xt
-	// matches and targets (whose payload nft does not show), socket, queue, ether
-	// and vlan, meta random other than iptables' statistic, meta time, day, hour
-	// and cpu — as forks: a trace follows both outcomes, each branch labelled with
+	// Forks accepts what a packet cannot decide — limit rate, quota, ct count (also
+	// in set elements and meters), xt matches and targets (whose payload nft does
+	// not show), socket, tproxy, osf, queue, ether and vlan, TCP option timestamps
+	// and SACK blocks, meta random other than iptables' statistic, meta time, day,
+	// hour and cpu — as forks: a trace follows both outcomes, each branch labelled with
 	// what it assumes (Branch.Assumptions, "under limit rate 10/second"). Without it
 	// each is a *CompileError, so that a ruleset that compiles is one whose every
 	// path the packet decides (numgen random and statistic forks carry
@@ -146,7 +149,7 @@ func (p *parser) finish() (*Program, error) {
 			s.build()
 		}
 	}
-	prog := &Program{tables: p.tableL}
+	prog := &Program{tables: p.tableL, unsupported: p.unsupported}
 	if err := prog.checkLoops(); err != nil {
 		return nil, err
 	}

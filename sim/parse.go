@@ -17,6 +17,8 @@ type parser struct {
 	tableL []*table
 	// refs are verdicts naming chains, resolved when all chains are known.
 	refs []chainRef
+	// unsupported are the errors of statements compiled as forks (CompileOptions.Forks).
+	unsupported []string
 	// setUses are the named sets rules refer to, checked for deletion at the end.
 	setUses []setUse
 	opts    CompileOptions

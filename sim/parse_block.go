@@ -112,8 +112,8 @@ func (p *parser) parseTableBody(tab *table) error {
 				return p.errTok(k, "table %s: unsupported object \"ct %s\"", tab.id(), k.text)
 			}
 			// ct helper, timeout and expectation objects shape related flows and
-			// timeouts, not the path of a packet.
-			if err := p.skipCounter(); err != nil {
+			// timeouts, not the path of a packet. (A timeout policy nests braces.)
+			if err := p.skipObject("ct " + k.text); err != nil {
 				return err
 			}
 		default:

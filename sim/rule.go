@@ -99,18 +99,6 @@ func (rp *ruleParser) wrap(err error) error {
 	return ce
 }
 
-func (rp *ruleParser) parseRule() ([]stmt, error) {
-	var out []stmt
-	for !rp.atEnd() {
-		s, err := rp.parseStmt()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
 var unsupportedStmts = map[string]bool{
 	"secmark": true, "last": true, "connlimit": true,
 }

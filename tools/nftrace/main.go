@@ -330,9 +330,23 @@ func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, err
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", o.rulesetFile, err)
 		}
+		warnUnsupported(prog, stderr)
 		return prog, nil, nil
 	default:
-		return loadLive()
+		prog, addrs, err := loadLive()
+		if err == nil {
+			warnUnsupported(prog, stderr)
+		}
+		return prog, addrs, err
+	}
+}
+
+// warnUnsupported says which statements of a whole node's ruleset the simulator
+// does not know: it traces each as a fork (or, for one that sets something, as not
+// applied), labelled "unsupported ...".
+func warnUnsupported(prog *sim.Program, stderr io.Writer) {
+	for _, u := range prog.Unsupported() {
+		fmt.Fprintf(stderr, "nftrace: warning: not understood, traced as a labelled fork: %s\n", u)
 	}
 }
 
