@@ -91,7 +91,9 @@ type CompileOptions struct {
 	// each is a *CompileError, so that a ruleset that compiles is one whose every
 	// path the packet decides (numgen random and statistic forks carry
 	// probabilities), but for the owner of a node's own packet's socket (meta
-	// skuid, skgid), which forks either way.
+	// skuid, skgid), which forks either way. With Forks a statement the simulator
+	// does not know at all is a fork labelled "unsupported ..." too
+	// (Program.Unsupported), so that no ruleset nft lists is refused.
 	Forks bool
 }
 

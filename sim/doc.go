@@ -33,14 +33,17 @@
 // numgen random forks the trace: every value is explored, each branch carrying its
 // probability; so does a meta random comparison (iptables-nft's statistic match),
 // with the share of random numbers it accepts. What a packet cannot decide — limit
-// rate, quota, ct count, xt matches and targets, socket, queue, link-layer headers,
-// meta time/cpu — is a compile error unless CompileOptions.Forks is set; then the
+// rate, quota, ct count, xt matches and targets, socket, tproxy, osf, queue,
+// link-layer headers, TCP option timestamps, meta time/cpu — is a compile error
+// unless CompileOptions.Forks is set; then the
 // trace follows both outcomes, each branch labelled with what it assumes
 // (Branch.Assumptions) and its probability should that hold. The owner of the socket
 // a node's own packet comes from (meta skuid) always forks. Header
 // fields a Packet does not spell out take the values of an ordinary packet: TTL 64
 // (63 once forwarded), DSCP 0, SYN for a connection's first TCP segment and ACK
-// after, an ICMP echo request, no payload beyond ping's.
+// after, the TCP options Linux sends, an ICMP echo request, no payload beyond
+// ping's. netdev ingress and egress chains run on their devices before prerouting
+// and after postrouting; bridge tables are named in every trace as not traced.
 //
 // Time (set timeouts) and the choice of the branch a Runtime commits are
 // inputs (Env.Clock, Env.Seed, Env.Select); nothing reads the real clock or a global
