@@ -74,8 +74,8 @@ func TestOperationsScaleUnderLoad(t *testing.T) {
 
 // replaceBackends adds one new backend per node, waits until the controller has them
 // ready, deletes the old ones with a grace period, waits until they are terminating (and
-// every proxy had a few syncs' time to stop choosing them), then removes them. It returns
-// the new backends.
+// every proxy has synced since, and had a few syncs' time, to stop choosing them), then
+// removes them. It returns the new backends.
 func replaceBackends(t *testing.T, ctx context.Context, c *Cluster, old map[string]*Pod, round int) map[string]*Pod {
 	t.Helper()
 	want := map[string]string{}
@@ -93,6 +93,9 @@ func replaceBackends(t *testing.T, ctx context.Context, c *Cluster, old map[stri
 	}
 	waitEndpoints(t, ctx, c, "web", want)
 	time.Sleep(time.Second)
+	// The proxies' syncs that follow the deletions are after this (waitEndpoints polls,
+	// so a proxy may sync before it returns; and kube-proxy syncs only on changes).
+	deleted := time.Now()
 	for name, p := range old {
 		if err := c.Terminate(ctx, p, 30*time.Second); err != nil {
 			t.Fatal(err)
@@ -101,6 +104,9 @@ func replaceBackends(t *testing.T, ctx context.Context, c *Cluster, old map[stri
 	}
 	waitEndpoints(t, ctx, c, "web", want)
 	time.Sleep(2 * time.Second) // the grace period: terminating pods still serve
+	for _, n := range c.Nodes { // every proxy synced since: a slow machine slows both alike
+		waitSynced(t, ctx, c, n, deleted)
+	}
 	for name, p := range old {
 		if err := c.Remove(ctx, p); err != nil {
 			t.Fatal(err)

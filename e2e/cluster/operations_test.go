@@ -160,9 +160,9 @@ func snapshot(traffic map[string]*Traffic) (failed, attempts int) {
 	return failures(counts)
 }
 
-// lastSync reads kubeproxy_sync_proxy_rules_last_timestamp_seconds from the node's proxy
-// (127.0.0.1:10249/metrics, both proxies): the oldest of its families' last syncs, zero
-// before every family has synced once.
+// lastSync reads kubeproxy_sync_proxy_rules_last_timestamp_seconds of the IPv4 family
+// (the lab's Services are IPv4) from the node's proxy (127.0.0.1:10249/metrics, both
+// proxies): zero before its first sync.
 func lastSync(ctx context.Context, n *Node) (time.Time, error) {
 	code, body, err := httpGet(ctx, n.NS, "http://127.0.0.1:10249/metrics")
 	if err != nil {
@@ -171,32 +171,29 @@ func lastSync(ctx context.Context, n *Node) (time.Time, error) {
 	if code != 200 {
 		return time.Time{}, fmt.Errorf("metrics of %s: status %d", n.Spec.Name, code)
 	}
-	oldest, seen := 0.0, false
 	for _, l := range strings.Split(body, "\n") {
 		name, value, ok := strings.Cut(l, " ")
-		if !ok || (name != syncMetric && !strings.HasPrefix(name, syncMetric+"{")) {
+		if !ok || (name != syncMetric && name != syncMetric+`{ip_family="IPv4"}`) {
 			continue
 		}
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("metrics of %s: %q: %w", n.Spec.Name, l, err)
 		}
-		if !seen || v < oldest {
-			oldest, seen = v, true
+		if v == 0 {
+			return time.Time{}, nil
 		}
+		return time.Unix(0, int64(v*1e9)), nil
 	}
-	if !seen || oldest == 0 {
-		return time.Time{}, nil
-	}
-	return time.Unix(0, int64(oldest*1e9)), nil
+	return time.Time{}, nil
 }
 
 // syncMetric is the time of a proxy's last sync, kube-proxy's metric (nftproxy has it too).
 const syncMetric = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 
-// waitSynced waits until the node's proxy has synced every family since after (its
-// /healthz cannot say it: kube-proxy's answers 200 before its first sync), and returns
-// how long after after that was.
+// waitSynced waits until the node's proxy has synced IPv4 since after (its /healthz
+// cannot say it: kube-proxy's answers 200 before its first sync), and returns how long
+// after after that was.
 func waitSynced(t *testing.T, ctx context.Context, c *Cluster, n *Node, after time.Time) time.Duration {
 	t.Helper()
 	var last time.Time
