@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -24,6 +25,7 @@ const (
 	srcNode     = "this node"
 	srcAllowed  = "external client inside the source ranges"
 	srcOutsider = "external client outside the source ranges"
+	srcGateway  = "the nodes' gateway"
 )
 
 // The destinations of probes.
@@ -35,10 +37,21 @@ const (
 	dstIngress     = "load-balancer IP"
 	dstExternalIP  = "external IP"
 	dstUnallocated = "unallocated service IP"
-	// dstAffinity is a second connection to the ClusterIP from the same client, after a
-	// first one went to the endpoint whose name sorts first.
-	dstAffinity = "ClusterIP, second connection"
+	dstOtherNode   = "NodePort on another node's address"
 )
+
+// The connections an affinity probe makes: after a first one from the same client went
+// to the endpoint whose name sorts first, a second one at once, one just within the
+// affinity timeout and one just after it.
+const (
+	affinityNone = iota
+	affinitySecond
+	affinityWithin
+	affinityExpired
+)
+
+var affinityNames = []string{"", ", a second connection", ", a connection within the affinity timeout",
+	", a connection after the affinity timeout"}
 
 // The external clients' addresses: 203.0.113.0/25 is in every source range the
 // generator draws, 198.51.100.0/24 in none.
@@ -58,9 +71,11 @@ type probe struct {
 	// srcName is the source's canonical name (peerView.name) on either node.
 	srcName string
 	dst     string
-	addr    netip.Addr // the destination, unless it is the node's own (NodePort)
-	dport   uint16
-	proto   packet.Protocol
+	// affinity is the connection of an affinity probe (affinitySecond, ...).
+	affinity int
+	addr     netip.Addr // the destination, unless it is the node's own (NodePort)
+	dport    uint16
+	proto    packet.Protocol
 }
 
 func (pr probe) String() string {
@@ -68,7 +83,7 @@ func (pr probe) String() string {
 	if pr.svc != nil {
 		svc = fmt.Sprintf("service %s port %s (%s)", pr.svc.Name, pr.port.Name, describeService(pr.svc))
 	}
-	return fmt.Sprintf("%s from %s (%s) to %s", svc, pr.src, pr.srcName, pr.dst)
+	return fmt.Sprintf("%s from %s (%s) to %s%s", svc, pr.src, pr.srcName, pr.dst, affinityNames[pr.affinity])
 }
 
 // describeService says what sets a Service apart, for messages.
@@ -109,16 +124,24 @@ func describeService(svc *v1.Service) string {
 var protocols = map[v1.Protocol]packet.Protocol{v1.ProtocolTCP: packet.TCP, v1.ProtocolUDP: packet.UDP, v1.ProtocolSCTP: packet.SCTP}
 
 // probes returns every probe of an applied set: each destination of each Service port
-// from every source.
-func (ap *applied) probes() []probe {
+// from every source. other is the address of a node that is not compared.
+func (ap *applied) probes(other netip.Addr) []probe {
 	var dsts []probe
 	for _, tmpl := range ap.set.services {
 		svc := ap.services[tmpl.Name]
 		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
 		for _, sp := range svc.Spec.Ports {
 			proto := protocols[sp.Protocol]
+			affinity := svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP
 			at := func(dst string, addr netip.Addr, port int32, proto packet.Protocol) {
-				dsts = append(dsts, probe{svc: svc, port: sp, dst: dst, addr: addr, dport: uint16(port), proto: proto})
+				pr := probe{svc: svc, port: sp, dst: dst, addr: addr, dport: uint16(port), proto: proto}
+				dsts = append(dsts, pr)
+				if affinity && dst != dstWrongPort && dst != dstOtherProto && dst != dstOtherNode {
+					for a := affinitySecond; a <= affinityExpired; a++ {
+						pr.affinity = a
+						dsts = append(dsts, pr)
+					}
+				}
 			}
 			at(dstClusterIP, ip, sp.Port, proto)
 			at(dstWrongPort, ip, 7, proto)
@@ -127,15 +150,13 @@ func (ap *applied) probes() []probe {
 			}
 			if sp.NodePort != 0 {
 				at(dstNodePort, netip.Addr{}, sp.NodePort, proto)
+				at(dstOtherNode, other, sp.NodePort, proto)
 			}
 			for _, ing := range svc.Status.LoadBalancer.Ingress {
 				at(dstIngress, netip.MustParseAddr(ing.IP), sp.Port, proto)
 			}
 			for _, e := range svc.Spec.ExternalIPs {
 				at(dstExternalIP, netip.MustParseAddr(e), sp.Port, proto)
-			}
-			if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
-				at(dstAffinity, ip, sp.Port, proto)
 			}
 		}
 	}
@@ -149,7 +170,7 @@ func (ap *applied) probes() []probe {
 			out = append(out, d.from(srcRemote, i, o.name))
 		}
 		out = append(out, d.from(srcNode, 0, "this node"), d.from(srcAllowed, 0, allowedClient.String()),
-			d.from(srcOutsider, 0, outsiderClient.String()))
+			d.from(srcOutsider, 0, outsiderClient.String()), d.from(srcGateway, 0, "node "+gatewayName))
 	}
 	return out
 }
@@ -184,7 +205,12 @@ type peerView struct {
 	// peerCIDR is the other compared node's pod CIDR: pods without a name are named by
 	// their host number and node.
 	peerCIDR netip.Prefix
+	// gateway is the nodes' gateway, a client on their network.
+	gateway netip.Addr
 }
+
+// gatewayName is the name of the nodes' gateway.
+const gatewayName = "gateway"
 
 func newPeerView(ctx context.Context, n *Node, side int, ap *applied, c *Cluster) (*peerView, error) {
 	v, err := liveView(ctx, n, side, c)
@@ -220,6 +246,8 @@ func liveView(ctx context.Context, n *Node, side int, c *Cluster) (*peerView, er
 	v.names[n.Addr] = "this node"
 	v.names[n.PodCIDR.Addr().Next()] = "this node's pod gateway"
 	v.peerCIDR = c.Node(comparedNodes[1-side]).PodCIDR
+	v.gateway = c.Spec.Gateway
+	v.names[c.Spec.Gateway] = "node " + gatewayName
 	return v, nil
 }
 
@@ -242,6 +270,8 @@ func (v *peerView) packet(pr probe, sport uint16) packet.Packet {
 		src, p.IIf = allowedClient, "eth0"
 	case srcOutsider:
 		src, p.IIf = outsiderClient, "eth0"
+	case srcGateway:
+		src, p.IIf = v.gateway, "eth0"
 	}
 	p.Src = netip.AddrPortFrom(src, sport)
 	return p
@@ -263,12 +293,15 @@ func (v *peerView) name(a netip.Addr) string {
 
 // outcome traces the probe and returns its outcome class: the distinct outcomes of its
 // branches, sorted. An affinity probe traces a first connection, committing the branch
-// to the endpoint whose name sorts first, then the probe's own from another port.
+// to the endpoint whose name sorts first, then the probe's own from another port, as
+// much later as its affinity says.
 func (v *peerView) outcome(pr probe) (string, error) {
-	if pr.dst != dstAffinity {
+	if pr.affinity == affinityNone {
 		return v.classOf(v.packet(pr, 40000))
 	}
 	env := v.env
+	clock := sim.NewManualClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	env.Clock = clock
 	env.Select = func(tr *sim.Trace) int {
 		best := 0
 		for i, b := range tr.Branches {
@@ -281,6 +314,13 @@ func (v *peerView) outcome(pr probe) (string, error) {
 	rt := sim.NewRuntime(v.prog, env)
 	if _, err := rt.Trace(v.packet(pr, 40000)); err != nil {
 		return "", err
+	}
+	timeout := time.Duration(*pr.svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds) * time.Second
+	switch pr.affinity {
+	case affinityWithin:
+		clock.Advance(timeout - time.Second)
+	case affinityExpired:
+		clock.Advance(timeout + time.Second)
 	}
 	tr, err := rt.Trace(v.packet(pr, 40001))
 	if err != nil {

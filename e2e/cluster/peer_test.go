@@ -153,7 +153,7 @@ func comparePeers(ctx context.Context, t *testing.T, c *Cluster, ap *applied, nf
 		return 0, err
 	}
 	shown := 0
-	probes := ap.probes()
+	probes := ap.probes(c.Node(otherNode).Addr)
 	for _, pr := range probes {
 		on, err := vn.outcome(pr)
 		if err != nil {
