@@ -124,3 +124,16 @@ func (rp *ruleParser) parseTCPOptExpr() (expr, error) {
 func (rp *ruleParser) isUndecidedTCPOption() bool {
 	return rp.isWord(0, "tcp") && rp.isWord(1, "option") && undecidedTCPOptionFields[rp.peekAt(3).text]
 }
+
+// parseTCPOptionFork reads a match on a TCP option field the packet does not show
+// ("tcp option timestamp tsval 0"): a fork.
+func (rp *ruleParser) parseTCPOptionFork(start int, t token) (stmt, error) {
+	rp.next() // tcp
+	rp.next() // option
+	o := rp.next()
+	f := rp.next()
+	if err := rp.allowFork(t, "tcp option "+o.text+" "+f.text, "the option's values in the connection's segments"); err != nil {
+		return nil, err
+	}
+	return rp.forkMatch(start, t)
+}

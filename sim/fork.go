@@ -200,14 +200,7 @@ func (rp *ruleParser) parseForkStmt() (stmt, error) {
 		}
 		return rp.forkMatch(start, t)
 	case rp.isUndecidedTCPOption():
-		rp.next()
-		rp.next()
-		o := rp.next()
-		f := rp.next()
-		if err := rp.allowFork(t, "tcp option "+o.text+" "+f.text, "the option's values in the connection's segments"); err != nil {
-			return nil, err
-		}
-		return rp.forkMatch(start, t)
+		return rp.parseTCPOptionFork(start, t)
 	case t.text == "meta" && rp.isWord(2, "set"):
 		// meta priority set, meta pkttype set: statements, not matches.
 		return nil, nil

@@ -148,18 +148,6 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 	case "notrack":
 		rp.next()
 		return &notrackStmt{}, nil
-	case "tproxy":
-		return rp.parseTProxy()
-	case "synproxy":
-		return rp.parseSynproxy()
-	case "meter":
-		return rp.parseMeter()
-	case "osf":
-		return rp.parseOSF()
-	case "dup":
-		return rp.parseDup()
-	case "fwd":
-		return rp.parseFwd()
 	case "dnat", "snat", "masquerade", "redirect":
 		return rp.parseNat()
 	case "add", "update", "delete":
@@ -205,6 +193,9 @@ func (rp *ruleParser) parseStmt() (stmt, error) {
 			}
 			return &setMetaStmt{target: "ctmark", val: val, txt: rp.textFrom(start)}, nil
 		}
+	}
+	if parse, ok := socketStmts[t.text]; ok {
+		return parse(rp)
 	}
 	if s, err := rp.parseForkStmt(); s != nil || err != nil {
 		return s, err

@@ -100,28 +100,7 @@ func (rp *ruleParser) parseExprStmt() (stmt, error) {
 			}
 			return &vmapStmt{key: lhs, set: s, txt: rp.textFrom(start)}, nil
 		case "set":
-			if h, ok := lhs.(*ipHdrField); ok && (h.field == "dscp" || h.field == "ttl" || h.field == "hoplimit") {
-				rp.next()
-				syms, _ := h.symbols()
-				vt := rp.next()
-				lo, hi, err := parseSymConst(nftdata.Integer8, syms, vt)
-				if err != nil {
-					return nil, err
-				}
-				if string(lo) != string(hi) {
-					return nil, errAt(vt, "a range is not allowed here")
-				}
-				return &hdrSetStmt{f: h, val: lo[0], txt: rp.textFrom(start)}, nil
-			}
-			if f, ok := lhs.(*ipField); ok && (f.field == "saddr" || f.field == "daddr") {
-				rp.next()
-				return rp.parsePayloadSet(start, lhs)
-			}
-			if _, ok := lhs.(*thField); ok {
-				rp.next()
-				return rp.parsePayloadSet(start, lhs)
-			}
-			return nil, errAt(n, "cannot set %s", lhs)
+			return rp.parseFieldSet(start, lhs, n)
 		case "map":
 			return nil, errAt(n, "a map lookup needs a statement that uses its value")
 		}
@@ -466,4 +445,31 @@ func (rp *ruleParser) parseMapData(s *setDef, st token) (expr, error) {
 		return nil, errAt(t, "datatype mismatch: %s has data %s, expression has %s", st.text, s.data, e.typ())
 	}
 	return e, nil
+}
+
+// parseFieldSet reads "FIELD set VALUE" (n is "set"): ip dscp, ttl and hoplimit, and
+// the address and port fields (stateless NAT).
+func (rp *ruleParser) parseFieldSet(start int, lhs expr, n token) (stmt, error) {
+	if h, ok := lhs.(*ipHdrField); ok && (h.field == "dscp" || h.field == "ttl" || h.field == "hoplimit") {
+		rp.next()
+		syms, _ := h.symbols()
+		vt := rp.next()
+		lo, hi, err := parseSymConst(nftdata.Integer8, syms, vt)
+		if err != nil {
+			return nil, err
+		}
+		if string(lo) != string(hi) {
+			return nil, errAt(vt, "a range is not allowed here")
+		}
+		return &hdrSetStmt{f: h, val: lo[0], txt: rp.textFrom(start)}, nil
+	}
+	if f, ok := lhs.(*ipField); ok && (f.field == "saddr" || f.field == "daddr") {
+		rp.next()
+		return rp.parsePayloadSet(start, lhs)
+	}
+	if _, ok := lhs.(*thField); ok {
+		rp.next()
+		return rp.parsePayloadSet(start, lhs)
+	}
+	return nil, errAt(n, "cannot set %s", lhs)
 }

@@ -6,6 +6,16 @@ import (
 	"github.com/nftproxy/nftproxy/packet"
 )
 
+// socketStmts parse the statements of this file, and meters, by their keyword.
+var socketStmts = map[string]func(*ruleParser) (stmt, error){
+	"tproxy":   (*ruleParser).parseTProxy,
+	"synproxy": (*ruleParser).parseSynproxy,
+	"osf":      (*ruleParser).parseOSF,
+	"dup":      (*ruleParser).parseDup,
+	"fwd":      (*ruleParser).parseFwd,
+	"meter":    (*ruleParser).parseMeter,
+}
+
 // tproxyStmt is "tproxy [ip|ip6] to [ADDR][:PORT]": it assigns the packet to a
 // transparent socket listening there, or ends the rule when there is none. Whether
 // one listens is the node's, not the packet's: the trace forks. With a socket, the
