@@ -336,6 +336,38 @@ iptables-nft -A INPUT -d 127.0.0.2 -p udp`,
 		pkts:   udpPkts(9),
 		assume: [][]string{{`"recent" matches`, `"string" does not match`, `"u32" matches`}},
 	},
+	{
+		// firewalld's ftp helper: assigned before conntrack, the SYN goes on.
+		name: "ct helper",
+		rules: `table inet h {
+	ct helper helper-ftp-tcp {
+		type "ftp" protocol tcp
+		l3proto inet
+	}
+
+	chain pre {
+		type filter hook prerouting priority raw + 10; policy accept;
+		tcp dport 21 ct helper set "helper-ftp-tcp"
+	}
+
+	chain in {
+		type filter hook input priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		tcp dport 21 counter
+	}
+}
+`,
+		send: `import socket
+c = socket.socket()
+c.bind(("127.0.0.1", 40000))
+c.settimeout(1)
+try:
+    c.connect(("127.0.0.2", 21))
+except OSError:
+    pass
+`,
+		pkts: []string{"tcp 127.0.0.1:40000 -> 127.0.0.2:21"},
+	},
 }
 
 // rawSYN sends a TCP SYN from 127.0.0.1:40000 to 127.0.0.2:8080 through a raw
