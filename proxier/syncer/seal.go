@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"hash/maphash"
+	"runtime"
 	"strings"
 
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
@@ -65,8 +66,21 @@ func (s *Syncer) Seal() {
 		return
 	}
 	s.sealed = &seal{structure: s.structureOf(s.applied), elements: elementSums(s.applied)}
+	n := 0
+	for _, es := range s.applied.Elements {
+		n += len(es)
+	}
 	s.applied = nil
+	if n >= sealCollect {
+		// Collected now, the ruleset's memory is reused by the next one; left to the
+		// pacer, whose heap goal was set while it was live, the next ruleset grows
+		// into fresh memory on top of it.
+		runtime.GC()
+	}
 }
+
+// sealCollect is the element count from which Seal runs a garbage collection.
+const sealCollect = 100_000
 
 // takeOver makes desired the applied ruleset when it matches the seal, and
 // reports whether it did. Either way the seal is gone; when desired does not
