@@ -319,6 +319,16 @@ func summary(r Result) string {
 	if len(r.Cases) == 0 {
 		b.WriteString(outcome(CaseJSON{Verdict: r.Verdict, Delivery: r.Delivery, Endpoints: r.Endpoints, Masquerade: r.Masquerade, SNAT: r.SNAT}))
 	}
+	if same, ok := sameOutcome(r.Cases); ok {
+		// The assumptions do not change the outcome (a limit on a log rule): say it
+		// once, and what was assumed.
+		var asm []string
+		for _, c := range r.Cases {
+			asm = append(asm, strings.Join(c.Assumptions, " and "))
+		}
+		fmt.Fprintf(&b, "%s in every case (%s)", same, strings.Join(asm, "; "))
+		r.Cases = nil
+	}
 	for i, c := range r.Cases {
 		if i > 0 {
 			b.WriteString("; ")
@@ -336,6 +346,20 @@ func summary(r Result) string {
 		}
 	}
 	return b.String()
+}
+
+// sameOutcome returns the outcome of cases when there are several and all agree.
+func sameOutcome(cases []CaseJSON) (string, bool) {
+	if len(cases) < 2 {
+		return "", false
+	}
+	first := outcome(cases[0])
+	for _, c := range cases[1:] {
+		if outcome(c) != first {
+			return "", false
+		}
+	}
+	return first, true
 }
 
 // outcome is the verdict, endpoints and masquerading of a trace or of one case.

@@ -56,6 +56,18 @@ func TestSummaryOutput(t *testing.T) {
 	got += runOut(t, "-o", "summary", "--sequence", "tcp 10.1.0.20:40000 -> 172.30.0.14:80 iif veth1",
 		"advance 1m", "tcp 10.1.0.20:40001 -> 172.30.0.14:80 iif veth1")
 	golden(t, "summary.txt", got)
+	// Forks whose outcomes agree (ufw's log limit before its drop) are said once.
+	var out, errb bytes.Buffer
+	if err := run([]string{"-o", "summary", "--ruleset", "../../sim/testdata/ufw-podman.list.nft", "--local", "192.168.0.2",
+		"tcp 1.2.3.4:5555 -> 192.168.0.2:8080 iif eth0", "tcp 1.2.3.4:5555 -> 192.168.0.2:22 iif eth0"}, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	got = out.String()
+	want := "tcp 1.2.3.4:5555 -> 192.168.0.2:8080 iif eth0 => DROP in every case (under limit rate 3/minute burst 10 packets; over limit rate 3/minute burst 10 packets)\n" +
+		"tcp 1.2.3.4:5555 -> 192.168.0.2:22 iif eth0 => ACCEPT (local)\n"
+	if got != want {
+		t.Errorf("summary of agreeing forks:\n got: %s\nwant: %s", got, want)
+	}
 }
 
 // TestDotOutput: -o dot draws each packet's path, hooks → chains → matched rules →
