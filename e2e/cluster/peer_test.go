@@ -63,7 +63,7 @@ func (p peerTally) String() string {
 }
 
 // TestPeerConformance compares nftproxy's live ruleset with kube-proxy's over random
-// sets, and prints the summary line.
+// sets and the feature scenarios, and prints the summary line.
 func TestPeerConformance(t *testing.T) {
 	seed, sets := peerSeedAndSets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3+sets)*time.Minute)
