@@ -519,6 +519,9 @@ func jsonExpr(e any) (string, error) {
 			}
 			return s + str(arg["key"]), nil
 		}
+		if k == "jhash" || k == "symhash" {
+			return jsonHash(k, arg)
+		}
 		return "", fmt.Errorf("unsupported expression %q", k)
 	}
 	return "", nil

@@ -93,3 +93,27 @@ func jsonDevices(dev any) string {
 	}
 	return ""
 }
+
+// jsonHash renders "jhash EXPR mod N [seed S] [offset K]" and "symhash mod N [offset K]".
+func jsonHash(k string, arg map[string]any) (string, error) {
+	s := k
+	if k == "jhash" {
+		key, err := jsonExpr(arg["expr"])
+		if err != nil {
+			return "", fmt.Errorf("jhash: %w", err)
+		}
+		s += " " + key
+	}
+	s += " mod " + str(arg["mod"])
+	if seed := str(arg["seed"]); seed != "" {
+		n, err := strconv.ParseUint(seed, 10, 32)
+		if err != nil {
+			return "", fmt.Errorf("jhash: bad seed %q", seed)
+		}
+		s += fmt.Sprintf(" seed 0x%x", n)
+	}
+	if o := str(arg["offset"]); o != "" && o != "0" {
+		s += " offset " + o
+	}
+	return s, nil
+}

@@ -368,6 +368,41 @@ except OSError:
 `,
 		pkts: []string{"tcp 127.0.0.1:40000 -> 127.0.0.2:21"},
 	},
+	{
+		// Twelve datagrams from ports 40000-40011: jhash with a listed seed is the
+		// kernel's Jenkins hash, one field or a concatenation.
+		name: "jhash",
+		rules: `table ip j {
+	chain in {
+		type filter hook input priority filter; policy accept;
+		ip daddr != 127.0.0.2 accept
+		meta l4proto != udp accept
+		meta mark set jhash ip saddr . udp sport mod 4 seed 0xdeadbeef offset 10
+		meta mark 10 counter
+		meta mark 11 counter
+		meta mark 12 counter
+		meta mark 13 counter
+		meta mark set jhash udp sport mod 3 seed 0x1
+		meta mark 0 counter
+		meta mark 1 counter
+		meta mark 2 counter
+	}
+}
+`,
+		send: `import socket
+for p in range(40000, 40012):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", p))
+    s.sendto(b"", ("127.0.0.2", 9))
+`,
+		pkts: func() []string {
+			var out []string
+			for p := 40000; p < 40012; p++ {
+				out = append(out, "udp 127.0.0.1:"+strconv.Itoa(p)+" -> 127.0.0.2:9")
+			}
+			return out
+		}(),
+	},
 }
 
 // rawSYN sends a TCP SYN from 127.0.0.1:40000 to 127.0.0.2:8080 through a raw

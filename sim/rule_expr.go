@@ -154,7 +154,7 @@ func (rp *ruleParser) parseAnonElements(s *setDef) error {
 var exprKeywords = map[string]bool{
 	"ip": true, "ip6": true, "tcp": true, "udp": true, "sctp": true, "th": true, "meta": true,
 	"icmp": true, "icmpv6": true,
-	"ct": true, "numgen": true, "fib": true, "mark": true, "iif": true, "iifname": true,
+	"ct": true, "numgen": true, "jhash": true, "symhash": true, "fib": true, "mark": true, "iif": true, "iifname": true,
 	"oif": true, "oifname": true, "l4proto": true, "nfproto": true, "pkttype": true,
 	"skuid": true, "skgid": true, "iiftype": true, "oiftype": true,
 }
@@ -162,7 +162,7 @@ var exprKeywords = map[string]bool{
 func isExprKeyword(s string) bool { return exprKeywords[s] }
 
 var unsupportedExprs = map[string]bool{
-	"jhash": true, "symhash": true, "ether": true, "vlan": true,
+	"ether": true, "vlan": true,
 	"arp": true, "rt": true, "osf": true, "socket": true, "exthdr": true, "ipsec": true,
 	"udplite": true, "dccp": true, "ah": true, "esp": true, "comp": true, "hbh": true,
 	"frag": true, "dst": true, "mh": true, "srh": true, "igmp": true, "gre": true,
@@ -335,6 +335,8 @@ func (rp *ruleParser) parsePrimary() (expr, error) {
 		return rp.parseCT(t)
 	case "numgen":
 		return rp.parseNumgen()
+	case "jhash", "symhash":
+		return rp.parseHash(t)
 	case "fib":
 		return rp.parseFib()
 	}
