@@ -62,13 +62,13 @@ func TestPeerTable(t *testing.T) {
 		{N: 10000, Proxy: "nftproxy", MinSync: "0s", ProgrammedS: 1.5, LatencyMs: Summary{N: 20, P50: 2, P99: 3}, LatenciesMs: []float64{1100, 2},
 			Changes: 50, CPU: procCPU{Self: 1, Children: 0.5}, RSSProgrammedMB: 300, RSSEndMB: 350, IdleS: 10},
 		{N: 1000, Proxy: "nftproxy", MinSync: "0s", ProgrammedS: 0.2},
-		{N: 1000, Proxy: "kube-proxy-nftables", MinSync: "0s", ProgrammedS: 3, Missed: 2, LatencyMs: Summary{N: 18, P50: 400, P99: 600}},
+		{N: 1000, Proxy: "kube-proxy-nftables", MinSync: "0s", ProgrammedS: 3, ProgrammedCPU: procCPU{Self: 1, Children: 2.5}, Missed: 2, LatencyMs: Summary{N: 18, P50: 400, P99: 600}},
 		{N: 1000, Proxy: "kube-proxy-nftables", MinSync: "1s", ProgrammedS: 9},
 	}
 	got := peerTable(runs, "0s")
 	lines := strings.Split(strings.TrimSpace(got), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("table has %d lines, want header, rule and 6 metrics:\n%s", len(lines), got)
+	if len(lines) != 9 {
+		t.Fatalf("table has %d lines, want header, rule and 7 metrics:\n%s", len(lines), got)
 	}
 	if want := "|  | kube-proxy nftables 1k | nftproxy 1k | nftproxy 10k |"; lines[0] != want {
 		t.Errorf("header %q, want %q (by N, then kube-proxy before nftproxy; the 1s run left out)", lines[0], want)
@@ -76,6 +76,7 @@ func TestPeerTable(t *testing.T) {
 	for _, want := range []string{
 		"| start → programmed | 3.00 s | 200 ms | 1.50 s |",
 		"| change → reached, p50 / p99 | 400 ms / 600 ms (2 missed) | - | 2.0 ms / 3.0 ms |",
+		"| CPU until programmed (own + nft/iptables) | 3.5 s (1.0 + 2.5) | 0.0 s (0.0 + 0.0) | 0.0 s (0.0 + 0.0) |",
 		"| of which the first change after the start | - | - | 1.10 s |",
 		"| CPU s per 100 changes (own + nft/iptables) | - | - | 3.00 (2.00 + 1.00) |",
 		"| peak RSS programmed / after changes | - | - | 300 / 350 MB |",

@@ -35,6 +35,8 @@ type PeerRun struct {
 	// ProgrammedS is from the proxy's start to the first connection through the probe
 	// Service, created after all the others.
 	ProgrammedS float64 `json:"programmed_s"`
+	// ProgrammedCPU is the proxy's CPU from its start until programmed.
+	ProgrammedCPU procCPU `json:"programmed_cpu_s"`
 	// LatencyMs is each change's time from the API write to the first new connection
 	// that reaches the new backend pod; Missed counts changes not seen within the timeout.
 	LatencyMs Summary `json:"latency_ms"`
@@ -144,6 +146,9 @@ func peerTable(runs []*PeerRun, minSync string) string {
 	row("", func(r *PeerRun) string { return fmt.Sprintf("%s %s", peerTitle(r.Proxy), short(r.N)) })
 	b.WriteString("|---|" + strings.Repeat("---:|", len(cols)) + "\n")
 	row("start → programmed", func(r *PeerRun) string { return ifMeasured(r.ProgrammedS > 0, fmtMs(r.ProgrammedS*1e3)) })
+	row("CPU until programmed (own + nft/iptables)", func(r *PeerRun) string {
+		return ifMeasured(r.ProgrammedS > 0, fmt.Sprintf("%.1f s (%.1f + %.1f)", r.ProgrammedCPU.Total(), r.ProgrammedCPU.Self, r.ProgrammedCPU.Children))
+	})
 	row("change → reached, p50 / p99", func(r *PeerRun) string {
 		s := ifMeasured(r.LatencyMs.N > 0, fmtMs(r.LatencyMs.P50)+" / "+fmtMs(r.LatencyMs.P99))
 		if r.Missed > 0 {

@@ -48,6 +48,9 @@ func (pl *peerLab) measureRun(ctx context.Context, p *progress, o peerOptions, r
 	}
 	run.ProgrammedS = time.Since(t0).Seconds()
 	var err error
+	if run.ProgrammedCPU, err = readProcCPU(pid); err != nil {
+		return err
+	}
 	if run.RSSProgrammedMB, err = readPeakRSS(pid); err != nil {
 		return err
 	}
