@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -212,6 +213,29 @@ func waitRulesets(ctx context.Context, settle time.Duration, missing func(rulese
 		}
 		return time.Since(since) >= settle, nil
 	})
+}
+
+// hints counts the endpoints of the set's slices that the controller hinted for a zone
+// and for a node: topology the comparison must have covered.
+func (ap *applied) hints(ctx context.Context, c *Cluster) (zones, nodes int, err error) {
+	list, err := c.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, 0, fmt.Errorf("list endpointslices: %w", err)
+	}
+	for _, s := range list.Items {
+		if ap.services[s.Labels[discoveryv1.LabelServiceName]] == nil {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if ep.Hints != nil && len(ep.Hints.ForZones) > 0 {
+				zones++
+			}
+			if ep.Hints != nil && len(ep.Hints.ForNodes) > 0 {
+				nodes++
+			}
+		}
+	}
+	return zones, nodes, nil
 }
 
 // missingFrom names a Service of the set whose ClusterIP a ruleset lacks, or returns "".
