@@ -118,6 +118,9 @@ type Options struct {
 	// families once every family has synced: taking a node over without a moment
 	// without rules.
 	CleanupAfterSync string
+	// CleanupKubeProxyIptables asks to remove, at the same moment, the rules and
+	// chains kube-proxy's iptables mode leaves (proxier/takeover).
+	CleanupKubeProxyIptables bool
 	// Version asks to print the version and exit; InitOnly to exit once the
 	// configuration is checked (kube-proxy's --init-only).
 	Version, InitOnly bool
@@ -134,6 +137,7 @@ type commandFlags struct {
 	config        string
 	cleanup       bool
 	cleanupAfter  string
+	cleanupIpt    bool
 	version       bool
 	initOnly      bool
 	writeConfigTo string
@@ -147,6 +151,7 @@ func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
 	fs.StringVar(&cf.config, "config", "", "configuration file (YAML, kind "+ConfigKind+"); flags given explicitly override it")
 	fs.BoolVar(&cf.cleanup, "cleanup", false, "remove nftproxy's tables in both families and exit")
 	fs.StringVar(&cf.cleanupAfter, "cleanup-table-after-sync", "", "once every family has synced, delete this table in both families (kube-proxy: kube-proxy's nftables-mode tables, when taking a node over from it)")
+	fs.BoolVar(&cf.cleanupIpt, "cleanup-kube-proxy-iptables", false, "once every family has synced, remove the rules and chains kube-proxy's iptables mode leaves (iptables-nft and iptables-legacy, both families), as kube-proxy --cleanup does, when taking a node over from it")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file; in-cluster configuration when neither it nor --master is given")
 	fs.StringVar(&c.Master, "master", c.Master, "address of the Kubernetes API server (overrides the kubeconfig's)")
 	fs.StringVar(&c.HostnameOverride, "hostname-override", c.HostnameOverride, "this node's name, instead of the host name")
@@ -202,7 +207,7 @@ func loadConfig(args []string) (*Options, error) {
 	if cf.cleanupAfter != "" && cf.cleanupAfter == opts.Ruleset.Table {
 		return nil, fmt.Errorf("--cleanup-table-after-sync: %q is nftproxy's own table (--table-name)", cf.cleanupAfter)
 	}
-	opts.CleanupAfterSync = cf.cleanupAfter
+	opts.CleanupAfterSync, opts.CleanupKubeProxyIptables = cf.cleanupAfter, cf.cleanupIpt
 	if cf.writeConfigTo != "" {
 		if err := saveConfig(cf.writeConfigTo, cfg); err != nil {
 			return nil, err

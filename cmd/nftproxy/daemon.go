@@ -58,7 +58,7 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	if err != nil {
 		return err
 	}
-	r = runner.New(cleanupAfterSync(p.SyncMode, o.CleanupAfterSync, d.newNFT, log),
+	r = runner.New(afterFirstSync(p.SyncMode, takeoverSteps(o, d, m, log), log),
 		runner.Config{MinInterval: o.MinSyncPeriod, SyncPeriod: o.SyncPeriod})
 
 	var wg sync.WaitGroup
@@ -115,29 +115,6 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 		return nil
 	case err := <-errc:
 		return err
-	}
-}
-
-// cleanupAfterSync returns syncFn, which also deletes table in both families after its
-// first success (every family synced), when table is set: the node has the other proxy's
-// rules until it has nftproxy's. A failed deletion is logged and retried after the next
-// successful sync.
-func cleanupAfterSync(syncFn runner.Func, table string, newNFT proxier.NewNFTFunc, log *slog.Logger) runner.Func {
-	if table == "" {
-		return syncFn
-	}
-	done := false // the runner calls one sync at a time
-	return func(ctx context.Context, full bool) error {
-		if err := syncFn(ctx, full); err != nil || done {
-			return err
-		}
-		if err := proxier.Cleanup(ctx, newNFT, table); err != nil {
-			log.Error("--cleanup-table-after-sync", "table", table, "err", err)
-			return nil
-		}
-		done = true
-		log.Info("synced, then deleted the tables of --cleanup-table-after-sync", "table", table)
-		return nil
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxier"
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/syncer"
+	"github.com/nftproxy/nftproxy/proxier/takeover"
 )
 
 func main() {
@@ -46,10 +47,15 @@ type deps struct {
 	// sysctls sets the conntrack sysctls and returns what it changed (nil: none
 	// are set).
 	sysctls func(conntrack.Sysctls) ([]string, error)
+	// iptablesCleanup removes kube-proxy's iptables-mode rules and chains
+	// (takeover.Cleanup; nil: --cleanup-kube-proxy-iptables does nothing, so that no
+	// test touches the machine's own iptables).
+	iptablesCleanup func(context.Context, takeover.Config) takeover.Result
 }
 
 func defaultDeps() deps {
-	return deps{newNFT: proxier.DefaultNewNFT, netlink: proxier.KernelNetlink, newClient: newClient, conntrack: conntrack.NewCleaner(), sysctls: applySysctls}
+	return deps{newNFT: proxier.DefaultNewNFT, netlink: proxier.KernelNetlink, newClient: newClient, conntrack: conntrack.NewCleaner(), sysctls: applySysctls,
+		iptablesCleanup: takeover.Cleanup}
 }
 
 // newClient returns a clientset for --master / --kubeconfig, or the in-cluster
