@@ -331,6 +331,7 @@ func load(o *options, stdout, stderr io.Writer) (*sim.Program, []netip.Addr, err
 			return nil, nil, fmt.Errorf("%s: %w", o.rulesetFile, err)
 		}
 		warnUnsupported(prog, stderr)
+		warnJSONXt(data, stderr)
 		return prog, nil, nil
 	default:
 		prog, addrs, err := loadLive()
@@ -348,6 +349,18 @@ func warnUnsupported(prog *sim.Program, stderr io.Writer) {
 	for _, u := range prog.Unsupported() {
 		fmt.Fprintf(stderr, "nftrace: warning: not understood, traced as a labelled fork: %s\n", u)
 	}
+}
+
+// warnJSONXt says when a JSON listing holds iptables-nft's rules: nft -j prints their
+// matches and targets as bare xt expressions without arguments (a DNAT without its
+// address), so every one of them forks, where the text listing carries nft's
+// translation of most.
+func warnJSONXt(data []byte, stderr io.Writer) {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || trimmed[0] != '{' || !bytes.Contains(data, []byte(`{"xt":`)) {
+		return
+	}
+	fmt.Fprintln(stderr, "nftrace: warning: this JSON listing holds iptables-nft's xt matches and targets, which nft -j prints without their arguments (a DNAT without its address), so each is traced as a fork; `nft list ruleset` (text) carries their translation")
 }
 
 // loadLive reads the ruleset of the network namespace nftrace runs in, and the

@@ -282,3 +282,34 @@ func TestSequence(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONWithXtWarns: nft -j prints iptables-nft's DNAT as a bare xt target, so the
+// JSON listing of such a node traces its translations as forks, and nftrace says to
+// give the text listing instead; a JSON listing without xt gets no such warning.
+func TestJSONWithXtWarns(t *testing.T) {
+	dir := t.TempDir()
+	const xt = `{"nftables": [{"metainfo": {"version": "1.0.6", "json_schema_version": 1}},
+{"table": {"family": "ip", "name": "nat", "handle": 1}},
+{"chain": {"family": "ip", "table": "nat", "name": "PREROUTING", "handle": 1, "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}},
+{"rule": {"family": "ip", "table": "nat", "chain": "PREROUTING", "handle": 2, "expr": [{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, {"xt": {"type": "target", "name": "DNAT"}}]}}]}`
+	plain := strings.Replace(xt, `{"xt": {"type": "target", "name": "DNAT"}}`, `{"accept": null}`, 1)
+	for _, tc := range []struct {
+		name, ruleset string
+		warn          bool
+	}{{"xt", xt, true}, {"plain", plain, false}} {
+		file := filepath.Join(dir, tc.name+".json")
+		if err := os.WriteFile(file, []byte(tc.ruleset), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		if err := run([]string{"--ruleset", file, "-o", "summary", "tcp 10.0.0.1:1000 -> 10.0.0.2:80 iif eth0"}, &out, &errb); err != nil {
+			t.Fatalf("%s: %v\n%s", tc.name, err, errb.String())
+		}
+		if got := strings.Contains(errb.String(), "nft list ruleset"); got != tc.warn {
+			t.Errorf("%s: warning to use the text listing: %v, want %v; stderr:\n%s", tc.name, got, tc.warn, errb.String())
+		}
+		if tc.warn && !strings.Contains(out.String(), `xt target "DNAT"`) {
+			t.Errorf("%s: want the DNAT traced as a labelled fork, got %s", tc.name, out.String())
+		}
+	}
+}
