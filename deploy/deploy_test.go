@@ -259,10 +259,21 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 	if len(spec.Containers) != 1 || len(spec.InitContainers) > 1 {
 		t.Fatalf("%d containers and %d init containers, want 1 and at most 1", len(spec.Containers), len(spec.InitContainers))
 	}
-	if want := []string{"config: configMap " + cm.Name}; !slices.Equal(sec.Volumes, want) {
-		t.Errorf("volumes %v, want only %v (no hostPath)", sec.Volumes, want)
-	}
 	c := spec.Containers[0]
+	wantVolumes, wantMounts := []string{"config: configMap " + cm.Name}, []string{"config:/etc/nftproxy:ro"}
+	if slices.Contains(c.Command, iptablesTakeoverFlag) {
+		// iptables-legacy's lock file, in the pod's own emptyDir.
+		wantVolumes = append(wantVolumes, "xtables-lock: emptyDir")
+		wantMounts = append(wantMounts, "xtables-lock:/run/xtables-lock:rw")
+		if !slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
+			return e.Name == "XTABLES_LOCKFILE" && strings.HasPrefix(e.Value, "/run/xtables-lock/")
+		}) {
+			t.Errorf("env %v: want XTABLES_LOCKFILE in /run/xtables-lock/ with %s", c.Env, iptablesTakeoverFlag)
+		}
+	}
+	if !slices.Equal(sec.Volumes, wantVolumes) {
+		t.Errorf("volumes %v, want only %v (no hostPath)", sec.Volumes, wantVolumes)
+	}
 	cs := sec.Containers[len(sec.Containers)-1]
 	if cs.Privileged || cs.Escalation {
 		t.Errorf("container %s: privileged %v, allowPrivilegeEscalation %v: want both false", c.Name, cs.Privileged, cs.Escalation)
@@ -280,8 +291,8 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 	if cs.RunAsUser == nil || *cs.RunAsUser != 0 {
 		t.Error("runAsUser is not 0")
 	}
-	if want := []string{"config:/etc/nftproxy:ro"}; !slices.Equal(cs.Mounts, want) {
-		t.Errorf("mounts %v, want %v", cs.Mounts, want)
+	if !slices.Equal(cs.Mounts, wantMounts) {
+		t.Errorf("mounts %v, want %v", cs.Mounts, wantMounts)
 	}
 	if cs.Kubeconfig != "/etc/nftproxy/kubeconfig.conf" {
 		t.Errorf("--kubeconfig %q, want /etc/nftproxy/kubeconfig.conf (in-cluster configuration needs a ClusterIP)", cs.Kubeconfig)
@@ -345,6 +356,10 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, sa *v1.ServiceAccount, c
 // are in place.
 const takeoverFlag = "--cleanup-table-after-sync=kube-proxy"
 
+// iptablesTakeoverFlag makes it remove kube-proxy's iptables-mode chains at the same
+// moment.
+const iptablesTakeoverFlag = "--cleanup-kube-proxy-iptables"
+
 func hasNodeName(c v1.Container) bool {
 	return slices.ContainsFunc(c.Env, func(e v1.EnvVar) bool {
 		return e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName"
@@ -358,8 +373,10 @@ func TestDaemonSetSecurity(t *testing.T) {
 	if ics := ds.Spec.Template.Spec.InitContainers; len(ics) != 1 || ics[0].Name != "conntrack-sysctls" {
 		t.Errorf("init containers %v: want the conntrack-sysctls one", ics)
 	}
-	if c := ds.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Command, takeoverFlag) {
-		t.Errorf("command %v: want %s, which takes the node over from kube-proxy", c.Command, takeoverFlag)
+	for _, flag := range []string{takeoverFlag, iptablesTakeoverFlag} {
+		if c := ds.Spec.Template.Spec.Containers[0]; !slices.Contains(c.Command, flag) {
+			t.Errorf("command %v: want %s, which takes the node over from kube-proxy", c.Command, flag)
+		}
 	}
 	// The image is set in kustomization.yaml only: the manifests name it bare.
 	for _, c := range append(ds.Spec.Template.Spec.InitContainers, ds.Spec.Template.Spec.Containers...) {
@@ -703,7 +720,7 @@ func TestDockerfile(t *testing.T) {
 		"FROM golang:1.26-bookworm AS build",
 		"./cmd/nftproxy",
 		"FROM debian:bookworm-slim",
-		"apt-get install -y --no-install-recommends nftables conntrack",
+		"apt-get install -y --no-install-recommends nftables conntrack iptables",
 		"COPY --from=build /out/nftproxy /usr/local/bin/nftproxy",
 		`ENTRYPOINT ["/usr/local/bin/nftproxy"]`,
 	} {

@@ -182,9 +182,20 @@ func TestHelmValues(t *testing.T) {
 	if !slices.Contains(c.Command, takeoverFlag) {
 		t.Errorf("command %v lacks %s", c.Command, takeoverFlag)
 	}
-	vals["cleanupKubeProxy"] = false
-	if cmd := decodeChart(t, vals)["DaemonSet"].(*appsv1.DaemonSet).Spec.Template.Spec.Containers[0].Command; slices.Contains(cmd, takeoverFlag) {
-		t.Errorf("command %v has %s with cleanupKubeProxy false", cmd, takeoverFlag)
+	if !slices.Contains(c.Command, iptablesTakeoverFlag) {
+		t.Errorf("command %v lacks %s", c.Command, iptablesTakeoverFlag)
+	}
+	vals["cleanupKubeProxy"], vals["cleanupKubeProxyIptables"] = false, false
+	objs = decodeChart(t, vals)
+	without := objs["DaemonSet"].(*appsv1.DaemonSet)
+	if cmd := without.Spec.Template.Spec.Containers[0].Command; slices.Contains(cmd, takeoverFlag) || slices.Contains(cmd, iptablesTakeoverFlag) {
+		t.Errorf("command %v has %s or %s with cleanupKubeProxy and cleanupKubeProxyIptables false", cmd, takeoverFlag, iptablesTakeoverFlag)
+	}
+	// Without the iptables cleanup, no lock volume, mount or variable.
+	sec := securityOf(without)
+	if len(sec.Volumes) != 1 || len(sec.Containers[0].Mounts) != 1 || len(without.Spec.Template.Spec.Containers[0].Env) != 1 {
+		t.Errorf("volumes %v, mounts %v, env %v: want the config's and NODE_NAME only with cleanupKubeProxyIptables false",
+			sec.Volumes, sec.Containers[0].Mounts, without.Spec.Template.Spec.Containers[0].Env)
 	}
 	if !slices.Contains(c.Command, "--v=2") {
 		t.Errorf("command %v lacks the extra argument", c.Command)

@@ -367,7 +367,7 @@ func (c *Cluster) nftproxyArgs(ctx context.Context, n *Node) ([]string, error) {
 		return nil, err
 	}
 	return []string{"--config=" + config, "--kubeconfig=" + kubeconfig, "--hostname-override=" + n.Spec.Name,
-		"--cleanup-table-after-sync=kube-proxy"}, nil
+		"--cleanup-table-after-sync=kube-proxy", "--cleanup-kube-proxy-iptables"}, nil
 }
 
 // Node returns the node called name, or nil.

@@ -21,7 +21,8 @@ import (
 // ClusterRoleBinding applied from deploy/, a token of that ServiceAccount (as the
 // DaemonSet's projected volume holds it), the ConfigMap's kubeconfig.conf pointing at the
 // API server's address and its config.yaml with the lab's CIDRs, and the DaemonSet's
-// command line (--config, --kubeconfig, --hostname-override, --cleanup-table-after-sync).
+// command line (--config, --kubeconfig, --hostname-override, --cleanup-table-after-sync,
+// --cleanup-kube-proxy-iptables).
 // Only the conntrack settings differ from deploy/'s: all 0, leaving the machine's sysctls
 // alone.
 

@@ -20,9 +20,11 @@ const migrationLabel = "nftproxy.io/proxy"
 // moveToNftProxy is deploy/README.md's steps 3 and 4 for node n: label it; the DaemonSet
 // controller deletes kube-proxy's pod (the kubelet stops it: SIGTERM; its rules stay) and
 // creates nftproxy's: the init container's --init-only, then the daemon with
-// --cleanup-table-after-sync=kube-proxy, which deletes kube-proxy's tables once its own
-// serve. Then check that nftproxy synced and that the node holds nftproxy's tables and no
-// kube-proxy table.
+// --cleanup-table-after-sync=kube-proxy and --cleanup-kube-proxy-iptables, which delete
+// kube-proxy's tables and iptables-mode chains once its own rules serve. Then check that
+// nftproxy synced and that the node holds nftproxy's tables, no kube-proxy table and no
+// chain of kube-proxy's iptables mode, the kubelet's KUBE-FIREWALL (which kube-proxy
+// also makes) kept.
 func moveToNftProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 	t.Helper()
 	from := n.Spec.Proxy
@@ -36,7 +38,11 @@ func moveToNftProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 		t.Fatalf("%s: init container: %v %s", n.Spec.Name, err, out)
 	}
 	start := time.Now()
-	if err := c.StartProxy(ctx, n, NftProxy); err != nil { // with the DaemonSet's --cleanup-table-after-sync=kube-proxy
+	before, firewall := 0, 0
+	if from == KubeProxyIptables {
+		before, firewall = kubeChains(t, ctx, n)
+	}
+	if err := c.StartProxy(ctx, n, NftProxy); err != nil { // with the DaemonSet's takeover flags
 		t.Fatal(err)
 	}
 	took := waitSynced(t, ctx, c, n, start)
@@ -50,33 +56,42 @@ func moveToNftProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node) {
 		t.Errorf("%s: tables %v: want ip nftproxy and no kube-proxy table (%v)", n.Spec.Name, tables, err)
 	}
 	if from == KubeProxyIptables {
-		// Its chains stay: kube-proxy's own cleanup, once nftproxy is ready (step 3).
-		if out, err := c.KubeProxyOnce(ctx, n, "--cleanup"); err != nil {
-			t.Fatalf("%s: kube-proxy --cleanup: %v %s", n.Spec.Name, err, out)
+		left, kept := 0, 0
+		err := waitFor(ctx, 10*time.Second, n.Spec.Name+": kube-proxy's iptables chains removed", func() (bool, error) {
+			left, kept = kubeChains(t, ctx, n)
+			return left == 0, nil
+		})
+		if err != nil || before == 0 || firewall == 0 || kept != firewall {
+			t.Errorf("%s: %d of %d lines of kube-proxy's KUBE- chains or jumps left; KUBE-FIREWALL's %d of %d (%v)",
+				n.Spec.Name, left, before, kept, firewall, err)
 		}
-		if chains := kubeChains(t, ctx, n); chains > 0 {
-			t.Errorf("%s: %d KUBE- chains or rules left after kube-proxy --cleanup", n.Spec.Name, chains)
-		}
+		t.Logf("%s: nftproxy removed kube-proxy's iptables chains (%d lines of iptables-save and ip6tables-save), kept KUBE-FIREWALL's %d",
+			n.Spec.Name, before, kept)
 	}
 	t.Logf("%s: moved from %s to nftproxy, synced %v after its start; tables %v", n.Spec.Name, from, took.Round(time.Millisecond), tables)
 }
 
-// kubeChains counts the lines of iptables-save that name one of kube-proxy's KUBE- chains
-// but KUBE-FIREWALL, which kube-proxy --cleanup leaves (the kubelet makes it too: it drops
-// connections to 127.0.0.0/8 from outside).
-func kubeChains(t *testing.T, ctx context.Context, n *Node) int {
+// kubeChains counts the lines of iptables-save and ip6tables-save that name one of
+// kube-proxy's KUBE- chains, and apart those naming KUBE-FIREWALL, which kube-proxy
+// makes and its cleanup leaves (it is the kubelet's too: it drops connections to
+// 127.0.0.0/8 from outside).
+func kubeChains(t *testing.T, ctx context.Context, n *Node) (kube, firewall int) {
 	t.Helper()
-	out, err := n.Exec(ctx, "", "iptables-save")
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := 0
-	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(strings.ReplaceAll(l, "KUBE-FIREWALL", ""), "KUBE-") {
-			count++
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		out, err := n.Exec(ctx, "", save)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			switch {
+			case strings.Contains(strings.ReplaceAll(l, "KUBE-FIREWALL", ""), "KUBE-"):
+				kube++
+			case strings.Contains(l, "KUBE-FIREWALL"):
+				firewall++
+			}
 		}
 	}
-	return count
+	return kube, firewall
 }
 
 // moveToKubeProxy is deploy/README.md's "Roll a node back": remove the label (nftproxy's
@@ -101,7 +116,7 @@ func moveToKubeProxy(t *testing.T, ctx context.Context, c *Cluster, n *Node, to 
 	want := "ip kube-proxy"
 	if to == KubeProxyIptables {
 		want = "ip nat" // iptables-nft's
-		if kubeChains(t, ctx, n) == 0 {
+		if kube, _ := kubeChains(t, ctx, n); kube == 0 {
 			t.Errorf("%s: no KUBE- chain after kube-proxy's sync", n.Spec.Name)
 		}
 	}
