@@ -33,14 +33,21 @@ func TestCleanupInKernel(t *testing.T) {
 	}
 	defer ns.Close()
 	ctx := context.Background()
+	var loaded []string // the save commands of the backends holding the dump
 	for _, b := range backendTools {
 		dump, err := os.ReadFile(b.dump)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := ns.Exec(ctx, withoutNfacct(string(dump)), b.restore); err != nil {
+			if strings.Contains(b.restore, "legacy") {
+				// Kernels may be built without the legacy x_tables (IP_NF_IPTABLES_LEGACY).
+				t.Logf("not checking %s: the kernel refuses its tables: %v", b.save, err)
+				continue
+			}
 			t.Fatal(err)
 		}
+		loaded = append(loaded, b.save)
 	}
 	run := func(ctx context.Context, stdin, name string, args ...string) ([]byte, error) {
 		out, err := ns.Exec(ctx, stdin, name, args...)
@@ -52,13 +59,13 @@ func TestCleanupInKernel(t *testing.T) {
 	if res.Failures != 0 || res.Chains == 0 {
 		t.Fatalf("cleanup: %+v, want chains deleted and no failure; log:\n%s", res, log.String())
 	}
-	for _, b := range backendTools {
-		checkLeft(t, ns, b.save)
+	for _, save := range loaded {
+		checkLeft(t, ns, save)
 	}
 	if again := Cleanup(ctx, cfg); again != (Result{}) {
 		t.Errorf("second cleanup: %+v, want nothing done", again)
 	}
-	t.Logf("deleted %d jumps and %d chains over both backends and families", res.Rules, res.Chains)
+	t.Logf("deleted %d jumps and %d chains from %v", res.Rules, res.Chains, loaded)
 }
 
 // withoutNfacct drops the rules matching nfacct counters, which kube-proxy creates and
