@@ -56,7 +56,29 @@ func TestClusterMix(t *testing.T) {
 }
 
 func TestClusterIsValid(t *testing.T) {
-	c := newCluster(1000)
+	for _, m := range []int{endpointsPerService, 10} {
+		checkClusterValid(t, newClusterM(1000, m), m)
+	}
+	// At the plan's largest N, NodePorts still fit a port and stay distinct.
+	c := newClusterM(maxServices, 1)
+	ports := map[uint16]bool{}
+	for _, svc := range c.state.Services {
+		if np := svc.Ports[0].NodePort; np != 0 {
+			if ports[np] || np < firstNodePort {
+				t.Fatalf("N=%d: %s: node port %d reused or wrapped", maxServices, svc.Name, np)
+			}
+			ports[np] = true
+		}
+	}
+	if len(ports) != maxServices*3/10 {
+		t.Errorf("N=%d: %d node ports, want %d", maxServices, len(ports), maxServices*3/10)
+	}
+}
+
+// checkClusterValid checks that c's addresses and ports are distinct and in their
+// ranges, that every Service has m endpoints, and that a change toggles one.
+func checkClusterValid(t *testing.T, c *cluster, m int) {
+	t.Helper()
 	seen := map[string]string{}
 	claim := func(what, key string) {
 		if prev, dup := seen[key]; dup {
@@ -80,8 +102,8 @@ func TestClusterIsValid(t *testing.T) {
 				claim(svc.Name.String()+" node port", "np/"+string(p.Protocol)+"/"+strconv.Itoa(int(p.NodePort)))
 			}
 			eps := c.state.Endpoints(svc, p)
-			if len(eps) != endpointsPerService {
-				t.Errorf("%s: %d endpoints, want %d", svc.Name, len(eps), endpointsPerService)
+			if len(eps) != m {
+				t.Errorf("%s: %d endpoints, want %d", svc.Name, len(eps), m)
 			}
 			for _, e := range eps {
 				claim(svc.Name.String()+" endpoint", e.Address.String())
@@ -239,7 +261,20 @@ func TestParseFlags(t *testing.T) {
 	if len(o.sizes) != 2 || o.sizes[0] != 1000 || o.sizes[1] != 50000 || o.churnAt != 50000 || o.phases["baseline"] {
 		t.Errorf("parsed %+v", o)
 	}
-	for _, bad := range [][]string{{"--sizes", "x"}, {"--phases", "nope"}, {"--iptables", "ebpf"}, {"extra"}} {
+	o, err = parseFlags([]string{"--sizes", "1000,100k", "--endpoints", "10", "--phases", "control"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.endpoints != 10 || len(o.sizes) != 2 || o.sizes[1] != 100000 {
+		t.Errorf("--endpoints 10 --sizes 1000,100k: parsed %+v", o)
+	}
+	if co := (controlOptions{N: 100000, Endpoints: 10}); !strings.Contains(strings.Join(co.args(), " "), "-endpoints 10") {
+		t.Errorf("child arguments %q do not pass the endpoint count", co.args())
+	}
+	for _, bad := range [][]string{{"--sizes", "x"}, {"--phases", "nope"}, {"--iptables", "ebpf"}, {"extra"},
+		{"--sizes", "200k", "--phases", "control"}, {"--endpoints", "0", "--phases", "control"},
+		{"--sizes", "100k", "--endpoints", "101", "--phases", "control"}, {"--endpoints", "10"},
+		{"--peer", "--peer-sizes", "100k"}} {
 		if _, err := parseFlags(bad, os.Stderr); err == nil {
 			t.Errorf("parseFlags(%q): no error", bad)
 		}

@@ -40,6 +40,30 @@ const (
 	firstHealthCheck    = 50000
 )
 
+// The address plan's bounds. One Service in ten is a NodePort and one a
+// LoadBalancer, each taking a NodePort from firstNodePort up, which must stay
+// below 65536 (past 66,667 Services they overlap the health-check ports, which no
+// ruleset holds); the endpoints, with the ones changes add, must stay below the
+// data plane's backends (10.200.0.0), ~13M addresses from firstEndpoint.
+const (
+	maxServices             = 100000
+	maxEndpointsPerService  = 100
+	maxEndpointsAllServices = 10000000
+)
+
+// checkPlan reports whether n Services with m endpoints each fit the address plan.
+func checkPlan(n, m int) error {
+	switch {
+	case n < 1 || n > maxServices:
+		return fmt.Errorf("%d Services: want 1 to %d (the address plan's limit)", n, maxServices)
+	case m < 1 || m > maxEndpointsPerService:
+		return fmt.Errorf("%d endpoints per Service: want 1 to %d", m, maxEndpointsPerService)
+	case n*m > maxEndpointsAllServices:
+		return fmt.Errorf("%d Services x %d endpoints: at most %d endpoints in all (the address plan's limit)", n, m, maxEndpointsAllServices)
+	}
+	return nil
+}
+
 // mix is the shape of the generated cluster, in Services out of every 100 (types)
 // or as a fraction of all Services (the rest). See DESIGN of the Scale issue: 70%
 // ClusterIP, 20% NodePort, 10% LoadBalancer, ~5% externalTrafficPolicy Local, ~2%
@@ -67,7 +91,9 @@ func kindOf(i int) (typ string, etpLocal, affinity, sourceRanges bool) {
 // Tracker would: a changed Service's EndpointSlice is replaced, never modified in
 // place.
 type cluster struct {
-	n     int
+	n int
+	// m is the endpoint count of every generated Service.
+	m     int
 	state *state.ClusterState
 	names []state.ServiceName // index i -> Service i
 	// nextEndpoint numbers endpoints added by changes, past the generated ones.
@@ -99,8 +125,12 @@ func protocolOf(i int) state.Protocol {
 
 // newCluster returns the synthetic cluster of n Services with endpointsPerService
 // endpoints each, deterministically.
-func newCluster(n int) *cluster {
-	c := &cluster{n: n, state: state.NewClusterState(), nextEndpoint: n * endpointsPerService}
+func newCluster(n int) *cluster { return newClusterM(n, endpointsPerService) }
+
+// newClusterM returns the synthetic cluster of n Services with m endpoints each,
+// deterministically (m within checkPlan's bounds).
+func newClusterM(n, m int) *cluster {
+	c := &cluster{n: n, m: m, state: state.NewClusterState(), nextEndpoint: n * m}
 	c.state.Node = state.Node{Name: nodeName, Addresses: []netip.Addr{nodeAddr.Addr()}}
 	nodePorts := 0
 	for i := range n {
@@ -129,9 +159,9 @@ func newCluster(n int) *cluster {
 		if ranges {
 			svc.SourceRanges = []netip.Prefix{sourceRange}
 		}
-		eps := make([]state.SliceEndpoint, endpointsPerService)
+		eps := make([]state.SliceEndpoint, m)
 		for j := range eps {
-			eps[j] = endpoint(nthAddr(firstEndpoint, i*endpointsPerService+j), (i+j)%nodes)
+			eps[j] = endpoint(nthAddr(firstEndpoint, i*m+j), (i+j)%nodes)
 		}
 		if etpLocal && (i/60)%2 == 0 {
 			eps[0].NodeName = nodeName // half the Local Services have an endpoint here
@@ -174,15 +204,15 @@ type change struct {
 	Added   bool
 }
 
-// toggleEndpoint changes Service i: with endpointsPerService endpoints it gains one
-// (a new pod), with more it loses its last one, so that repeated changes keep the
-// cluster's shape.
+// toggleEndpoint changes Service i: with c.m endpoints it gains one (a new pod),
+// with more it loses its last one, so that repeated changes keep the cluster's
+// shape.
 func (c *cluster) toggleEndpoint(i int) change {
 	name := c.names[i]
 	svc := c.state.Services[name]
 	eps := slices.Clone(c.endpoints(name))
 	ch := change{Service: name}
-	if len(eps) <= endpointsPerService {
+	if len(eps) <= c.m {
 		eps = append(eps, endpoint(nthAddr(firstEndpoint, c.nextEndpoint), (i+len(eps))%nodes))
 		c.nextEndpoint++
 		ch.Added = true

@@ -32,8 +32,10 @@ import (
 // a child process (so that its peak RSS is the sync's alone) inside a fresh
 // namespace.
 type ControlResult struct {
-	N    int    `json:"n"`
-	Path string `json:"path"`
+	N int `json:"n"`
+	// Endpoints is the endpoint count of every generated Service.
+	Endpoints int    `json:"endpoints_per_service"`
+	Path      string `json:"path"`
 	// Objects is the number of chains, rules, sets, maps and elements of the ruleset.
 	Objects int `json:"objects"`
 	// Shape counts the ruleset's chains, rules, sets and maps, and the elements of
@@ -144,6 +146,7 @@ type ChurnResult struct {
 // controlOptions configures a control-plane child.
 type controlOptions struct {
 	N          int
+	Endpoints  int
 	Updates    int
 	Seed       uint64
 	Churn      time.Duration
@@ -160,7 +163,7 @@ type controlOptions struct {
 
 func (o controlOptions) args() []string {
 	a := []string{"child-control",
-		"-n", strconv.Itoa(o.N), "-updates", strconv.Itoa(o.Updates),
+		"-n", strconv.Itoa(o.N), "-endpoints", strconv.Itoa(o.Endpoints), "-updates", strconv.Itoa(o.Updates),
 		"-seed", strconv.FormatUint(o.Seed, 10), "-churn", o.Churn.String(),
 		"-churn-rate", strconv.FormatFloat(o.ChurnRate, 'f', -1, 64),
 		"-pure-builds", strconv.Itoa(o.PureBuilds), "-host-netns", o.hostNetns,
@@ -238,6 +241,7 @@ func runControlChild(args []string) error {
 	var seed uint64
 	var target, backends string
 	fs.IntVar(&o.N, "n", 1000, "Services")
+	fs.IntVar(&o.Endpoints, "endpoints", endpointsPerService, "endpoints per Service")
 	fs.IntVar(&o.Updates, "updates", 60, "one-Service updates")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the changes")
 	fs.DurationVar(&o.Churn, "churn", 0, "churn duration (0: none)")
@@ -251,6 +255,9 @@ func runControlChild(args []string) error {
 		return err
 	}
 	o.Seed = seed
+	if err := checkPlan(o.N, o.Endpoints); err != nil {
+		return fmt.Errorf("child-control: %w", err)
+	}
 	mine, err := netnsID("/proc/self/ns/net")
 	if err != nil {
 		return err
@@ -281,7 +288,7 @@ func runControlChild(args []string) error {
 
 func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*ControlResult, error) {
 	say := func(format string, args ...any) { fmt.Fprintf(log, "  "+format+"\n", args...) }
-	c := newCluster(o.N)
+	c := newClusterM(o.N, o.Endpoints)
 	if o.TargetVIP.IsValid() {
 		c.addTarget(o.TargetVIP, o.Backends)
 	}
@@ -291,7 +298,7 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 		return nil, fmt.Errorf("knftables: %w", err)
 	}
 	a := newApplier(nft, cfg)
-	res := &ControlResult{N: o.N, Path: a.path()}
+	res := &ControlResult{N: o.N, Endpoints: o.Endpoints, Path: a.path()}
 
 	// Full sync.
 	st, err := a.apply(ctx, c.state, nil)

@@ -86,6 +86,7 @@ func signalContext() (context.Context, context.CancelFunc) {
 type options struct {
 	quick          bool
 	sizes          []int
+	endpoints      int
 	dataSizes      []int
 	simSizes       []int
 	updates        int
@@ -115,7 +116,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var sizes, dataSizes, simSizes, phases string
 	fs.BoolVar(&o.quick, "quick", false, "a ~2-minute run with N <= 10k (defaults below change accordingly)")
-	fs.StringVar(&sizes, "sizes", "", "control-plane N, comma-separated (default 1000,10000,50000; quick 1000,10000)")
+	fs.StringVar(&sizes, "sizes", "", "control-plane N, comma-separated, up to 100000 (default 1000,10000,50000; quick 1000,10000)")
+	fs.IntVar(&o.endpoints, "endpoints", endpointsPerService, "endpoints per Service of the control phase's clusters (other phases: always 5; with another value, run --phases control)")
 	fs.StringVar(&dataSizes, "dataplane-sizes", "", "data-plane N (default 100,10000,50000; quick 100,10000)")
 	fs.StringVar(&simSizes, "sim-sizes", "", "simulator N (default 1000,50000; quick 1000,10000)")
 	fs.IntVar(&o.updates, "updates", 60, "one-Service updates per N")
@@ -154,8 +156,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return full
 	}
 	var err error
-	if o.sizes, err = parseSizes(cmp(sizes, def("1000,10000", "1000,10000,50000"))); err != nil {
+	if o.sizes, err = parseSizesUpTo(cmp(sizes, def("1000,10000", "1000,10000,50000")), maxServices); err != nil {
 		return o, fmt.Errorf("-sizes: %w", err)
+	}
+	for _, n := range o.sizes {
+		if err := checkPlan(n, o.endpoints); err != nil {
+			return o, fmt.Errorf("-sizes, -endpoints: %w", err)
+		}
 	}
 	if o.dataSizes, err = parseSizes(cmp(dataSizes, def("100,10000", "100,10000,50000"))); err != nil {
 		return o, fmt.Errorf("-dataplane-sizes: %w", err)
@@ -186,6 +193,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		o.phases[ph] = true
 	}
+	if o.endpoints != endpointsPerService && (o.phases["baseline"] || o.phases["dataplane"] || o.phases["sim"]) {
+		return o, fmt.Errorf("-endpoints %d: only the control phase takes it (the baseline, data plane and simulator compare at %d); add --phases control", o.endpoints, endpointsPerService)
+	}
 	if len(o.sizes) > 0 {
 		o.churnAt = slices.Max(o.sizes)
 	}
@@ -199,7 +209,11 @@ func cmp(s, def string) string {
 	return s
 }
 
-func parseSizes(s string) ([]int, error) {
+// parseSizes parses a list of N within the limit every phase allows.
+func parseSizes(s string) ([]int, error) { return parseSizesUpTo(s, 60000) }
+
+// parseSizesUpTo parses a list of N such as "1000,10k", each at most limit.
+func parseSizesUpTo(s string, limit int) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -212,8 +226,8 @@ func parseSizes(s string) ([]int, error) {
 		if strings.HasSuffix(strings.ToLower(f), "k") {
 			n *= 1000
 		}
-		if n > 60000 {
-			return nil, fmt.Errorf("size %d: at most 60000 (the address plan's limit)", n)
+		if n > limit {
+			return nil, fmt.Errorf("size %d: at most %d (the address plan's limit)", n, limit)
 		}
 		out = append(out, n)
 	}
@@ -252,7 +266,7 @@ func run(ctx context.Context, o options, p *progress) (*Results, error) {
 
 	sizes := r.sizes()
 	if len(sizes) > 0 {
-		c := newCluster(sizes[len(sizes)-1])
+		c := newClusterM(sizes[len(sizes)-1], r.o.endpoints)
 		r.res.Mix = countMix(c.state)
 	}
 	for _, n := range sizes {
@@ -357,7 +371,7 @@ func (r *benchRun) controlPhase(n int, dataPlane bool) (bool, error) {
 		return false, nil
 	}
 	r.labs = append(r.labs, l)
-	co := controlOptions{N: n, Updates: o.updates, Seed: o.seed, ChurnRate: o.churnRate, PureBuilds: 3,
+	co := controlOptions{N: n, Endpoints: o.endpoints, Updates: o.updates, Seed: o.seed, ChurnRate: o.churnRate, PureBuilds: 3,
 		TargetVIP: targetVIP, Backends: backends}
 	if o.heapProfile {
 		co.HeapProfile = filepath.Join(o.out, fmt.Sprintf("heap-%s.pprof", short(n)))
@@ -518,7 +532,7 @@ func meta(o options) Meta {
 		Started: time.Now(), Quick: o.quick, CPUs: runtime.NumCPU(), Go: runtime.Version(),
 		Command: strings.TrimSpace("bench " + strings.Join(o.args, " ")), Path: newApplier(nil, rulesetConfig()).path(),
 		Baseline: restoreBinary(o.backend), IptablesLegacy: iptablesVersion(backendLegacy), IptablesNFT: iptablesVersion(backendNFT),
-		EndpointsPerService: endpointsPerService, NFTBaselineMax: o.nftMax,
+		EndpointsPerService: o.endpoints, NFTBaselineMax: o.nftMax,
 		RSSMeasuredBy: "VmHWM of a child process (tools/bench child-control) that generates the cluster and syncs it; nft: getrusage(RUSAGE_CHILDREN) ru_maxrss",
 	}
 	if out, err := exec.Command("uname", "-r").Output(); err == nil {

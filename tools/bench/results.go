@@ -140,6 +140,10 @@ func (r *Results) evaluateTargets() {
 		add("one-Service update p50 at 50k / at 1k <= 1.3", "not run", nil)
 	}
 
+	if big := r.control(maxServices); big != nil {
+		r.addMillionTargets(add, small, big)
+	}
+
 	d100, d50k := r.dataPlane(100, rulesetOurs), r.dataPlane(50000, rulesetOurs)
 	if d100 != nil && d50k != nil {
 		diff := d50k.Micros.P50 - d100.Micros.P50
@@ -155,6 +159,21 @@ func (r *Results) evaluateTargets() {
 	} else {
 		add("simulator trace at 50k <= 1.5x its time at 1k", "not run at both sizes", nil)
 	}
+}
+
+// addMillionTargets adds the targets of the largest point, 100k Services (the
+// million-endpoint point when run with --endpoints 10), beside small at 1k.
+func (r *Results) addMillionTargets(add func(string, string, *bool), small, big *ControlResult) {
+	at := fmt.Sprintf("%s Services x %d endpoints", short(big.N), big.Endpoints)
+	add("full sync of "+at+" <= 5 s", fmt.Sprintf("%.2f s (build %.2f s + sync %.2f s)", big.Full.TotalMs/1e3, big.Full.BuildMs/1e3, big.Full.SyncMs/1e3), ptr(big.Full.TotalMs <= 5000))
+	name := "one-Service update p50 at " + at + " / at 1k <= 1.3"
+	if small != nil && small.Update.N > 0 && big.Update.N > 0 {
+		ratio := big.Update.P50 / small.Update.P50
+		add(name, fmt.Sprintf("%.2f (%s / %s)", ratio, fmtMs(big.Update.P50), fmtMs(small.Update.P50)), ptr(ratio <= 1.3))
+	} else {
+		add(name, "1k not run", nil)
+	}
+	add("peak RSS of the first sync of "+at+" <= 1 GB", fmt.Sprintf("%.0f MB", big.PeakRSSFullMB), ptr(big.PeakRSSFullMB <= 1024))
 }
 
 // short writes N as 100, 1k, 50k.
