@@ -49,7 +49,10 @@ type ControlResult struct {
 	PeakRSSEndMB float64 `json:"peak_rss_end_mb"`
 	// HeapFullMB is the Go heap in use after the full sync and a GC.
 	HeapFullMB float64 `json:"heap_after_full_mb"`
-	// NftPeakRSSMB is the largest peak RSS of the nft processes the child ran.
+	// NftPeakRSSMB is ru_maxrss of the child's children: an upper bound of the nft
+	// processes' peak RSS, since exec from the address space os/exec shares with
+	// its parent (CLONE_VM|CLONE_VFORK) carries the child's own high-water mark
+	// over to the new program.
 	NftPeakRSSMB float64 `json:"nft_peak_rss_mb"`
 	// Updates are the one-Service updates, in order.
 	Updates []UpdateStats `json:"updates"`
