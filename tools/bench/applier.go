@@ -120,6 +120,30 @@ func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) 
 // and the Builder's, with its index, live); "" for none.
 var heapProfile string
 
+// cpuProfile is the file the control child writes the CPU profile of its first
+// sync to (the from-scratch build, the sync and the Builder's index); "" for none.
+var cpuProfile string
+
+// startCPUProfile starts profiling the CPU into cpuProfile and returns the
+// function that stops it and closes the file.
+func startCPUProfile() (stop func(), err error) {
+	if cpuProfile == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(cpuProfile), 0o755); err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	f, err := os.Create(cpuProfile)
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("CPU profile %s: %w", cpuProfile, err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // writeHeapProfile writes the heap profile to heapProfile, after a GC so that it
 // shows what is live.
 func writeHeapProfile() error {

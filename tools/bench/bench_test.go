@@ -287,7 +287,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	out := t.TempDir()
 	o, err := parseFlags([]string{"--sizes", "100", "--dataplane-sizes", "100", "--sim-sizes", "100",
 		"--updates", "4", "--churn", "500ms", "--connects", "100", "--sim-time", "200ms",
-		"--nft-baseline-max", "0", "--out", out}, os.Stderr)
+		"--nft-baseline-max", "0", "--cpu-profile", "--out", out}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestBenchEndToEnd(t *testing.T) {
 	if err := res.write(out); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"results.json", "results.md", "plot.png"} {
+	for _, f := range []string{"results.json", "results.md", "plot.png", "cpu-100.pprof"} {
 		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s not written: %v", f, err)
 		}

@@ -160,6 +160,9 @@ type controlOptions struct {
 	// HeapProfile, when set, is where the child writes its heap profile at the
 	// first sync's peak (see incrementalApplier.first).
 	HeapProfile string
+	// CPUProfile, when set, is where the child writes the CPU profile of its
+	// first sync (see startCPUProfile).
+	CPUProfile  string
 	hostNetns   string
 	progressOut io.Writer
 }
@@ -173,6 +176,9 @@ func (o controlOptions) args() []string {
 	}
 	if o.HeapProfile != "" {
 		a = append(a, "-heap-profile", o.HeapProfile)
+	}
+	if o.CPUProfile != "" {
+		a = append(a, "-cpu-profile", o.CPUProfile)
 	}
 	if o.TargetVIP.IsValid() {
 		var bs []string
@@ -254,6 +260,7 @@ func runControlChild(args []string) error {
 	fs.StringVar(&target, "target", "", "ClusterIP of the data-plane target Service")
 	fs.StringVar(&backends, "backends", "", "its endpoints, comma-separated")
 	fs.StringVar(&heapProfile, "heap-profile", "", "file for the heap profile at the first sync's peak")
+	fs.StringVar(&cpuProfile, "cpu-profile", "", "file for the CPU profile of the first sync")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -304,7 +311,12 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 	res := &ControlResult{N: o.N, Endpoints: o.Endpoints, Path: a.path()}
 
 	// Full sync.
+	stopCPU, err := startCPUProfile()
+	if err != nil {
+		return nil, err
+	}
 	st, err := a.apply(ctx, c.state, nil)
+	stopCPU()
 	if err != nil {
 		return nil, fmt.Errorf("full sync of %d Services: %w", o.N, err)
 	}

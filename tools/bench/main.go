@@ -104,6 +104,7 @@ type options struct {
 	phases         map[string]bool
 	seed           uint64
 	heapProfile    bool
+	cpuProfile     bool
 	peer           peerOptions
 	args           []string
 }
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&phases, "phases", strings.Join(allPhases, ","), "phases to run")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the Service changes")
 	fs.BoolVar(&o.heapProfile, "heap-profile", false, "write each control child's heap at its peak (the first sync's ruleset and the Builder's both live) to OUT/heap-N.pprof")
+	fs.BoolVar(&o.cpuProfile, "cpu-profile", false, "write the CPU profile of each control child's first sync (build, sync, the Builder's index) to OUT/cpu-N.pprof")
 	checkPeer := peerFlags(fs, &o.peer)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -375,6 +377,9 @@ func (r *benchRun) controlPhase(n int, dataPlane bool) (bool, error) {
 		TargetVIP: targetVIP, Backends: backends}
 	if o.heapProfile {
 		co.HeapProfile = filepath.Join(o.out, fmt.Sprintf("heap-%s.pprof", short(n)))
+	}
+	if o.cpuProfile {
+		co.CPUProfile = filepath.Join(o.out, fmt.Sprintf("cpu-%s.pprof", short(n)))
 	}
 	if !o.phases["control"] {
 		co.Updates, co.PureBuilds = 0, 0
