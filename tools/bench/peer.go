@@ -41,7 +41,7 @@ type peerOptions struct {
 // once fs is parsed.
 func peerFlags(fs *flag.FlagSet, o *peerOptions) func() error {
 	var sizes, proxies, syncs string
-	fs.BoolVar(&o.enabled, "peer", false, "run only the peer phase: nftproxy beside the real kube-proxy (nftables and iptables mode) on a real API server (needs `make apiserver`)")
+	fs.BoolVar(&o.enabled, "peer", false, "run only the peer phase: nftproxy beside the real kube-proxy (nftables and iptables mode) on a real API server (needs the binaries of make apiserver)")
 	fs.StringVar(&sizes, "peer-sizes", "1000,10000", "peer phase N, comma-separated (50000 works; creating its objects takes several minutes)")
 	fs.StringVar(&proxies, "peer-proxies", "kube-proxy-nftables,kube-proxy-iptables,nftproxy", "proxies of the peer phase, in order")
 	fs.StringVar(&syncs, "peer-min-sync", "0s", "min-sync-period of the peer phase's proxies, comma-separated (e.g. 0s,1s; 1s is both's default)")
@@ -50,7 +50,7 @@ func peerFlags(fs *flag.FlagSet, o *peerOptions) func() error {
 	fs.Float64Var(&o.changeRate, "peer-change-rate", 10, "rate of those changes, per second")
 	fs.DurationVar(&o.idle, "peer-idle", 10*time.Second, "time over which idle CPU is measured")
 	fs.DurationVar(&o.timeout, "peer-timeout", 10*time.Minute, "bound of one proxy's start to programmed")
-	fs.StringVar(&o.iptables, "peer-iptables", "legacy", "iptables of kube-proxy's iptables mode: legacy, or nft (the machine's iptables-nft 1.8.9 takes minutes per sync at 10k)")
+	fs.StringVar(&o.iptables, "peer-iptables", "legacy", "iptables of kube-proxy's iptables mode: legacy, or nft (the machine's iptables-nft 1.8.9, whose first sync at 10k took over 5 minutes here)")
 	fs.IntVar(&o.workers, "peer-workers", 16, "API requests in flight while creating the objects")
 	return func() error {
 		var err error
