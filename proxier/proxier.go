@@ -118,8 +118,10 @@ type Proxier struct {
 	// built records the families whose Builder has seen every Service.
 	built   map[knftables.Family]bool
 	metrics *metrics.Metrics
-	clock   clock.PassiveClock
-	log     *slog.Logger
+	// gauges keeps the state gauges' counts, updated by each successful sync.
+	gauges *stateGauges
+	clock  clock.PassiveClock
+	log    *slog.Logger
 
 	// started is when the Proxier was made: EndpointSlices changed before it
 	// (those of the informers' first list) add no network programming latency.
@@ -208,6 +210,7 @@ func New(cfg Config) (*Proxier, error) {
 		p.log.Warn("IP family disabled", "err", err)
 	}
 	p.metrics.Init(p.families)
+	p.gauges = newStateGauges(p.families)
 	if cfg.Healthz != nil {
 		cfg.Healthz.SetFamilies(p.families...)
 	}

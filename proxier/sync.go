@@ -29,8 +29,7 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 	defer p.syncMu.Unlock()
 
 	start := p.clock.Now()
-	p.takeChanges()
-	st := p.tracker.State()
+	st := p.takeChanges()
 	p.recordInvalidObjects()
 	if !full && !p.failed && st == p.applied {
 		// The Tracker returns the same snapshot until something changes: the
@@ -55,8 +54,9 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 		return err
 	}
 	p.failed = false
+	changed := p.changed // observeLatency starts a new set
 	p.observeLatency(p.clock.Now())
-	p.afterSync(st)
+	p.afterSync(st, changed)
 	p.applied = st
 	return nil
 }
@@ -142,10 +142,13 @@ func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state
 	return res, err
 }
 
-// takeChanges moves the Tracker's changed Services and the recorded change times
-// into the pending sets, which a successful sync observes and clears.
-func (p *Proxier) takeChanges() {
-	maps.Copy(p.changed, p.tracker.TakeChanged())
+// takeChanges returns the Tracker's state, and moves its changed Services and the
+// recorded change times into the pending sets, which a successful sync observes
+// and clears. The changed Services are all that differ between the state the last
+// successful sync applied and the one returned.
+func (p *Proxier) takeChanges() *state.ClusterState {
+	st, changed := p.tracker.TakeState()
+	maps.Copy(p.changed, changed)
 	p.triggersMu.Lock()
 	triggers := p.triggers
 	p.triggers = map[state.ServiceName][]trigger{}
@@ -157,6 +160,7 @@ func (p *Proxier) takeChanges() {
 	for svc, ts := range triggers {
 		p.pendingTriggers[svc] = append(p.pendingTriggers[svc], ts...)
 	}
+	return st
 }
 
 // observeLatency records the network programming latency of every change applied
@@ -178,9 +182,10 @@ func (p *Proxier) observeLatency(end time.Time) {
 }
 
 // afterSync runs what must follow applied rules: conntrack cleanup, health-check
-// node ports and the state gauges. Their failures are logged, not returned: the
-// rules are in place, and the next sync retries the node ports.
-func (p *Proxier) afterSync(st *state.ClusterState) {
+// node ports and the state gauges (updated from the Services changed since the
+// last successful sync). Their failures are logged, not returned: the rules are in
+// place, and the next sync retries the node ports.
+func (p *Proxier) afterSync(st *state.ClusterState, changed map[state.ServiceName]bool) {
 	if p.cfg.Conntrack != nil {
 		// One cleanup per family, as kube-proxy's reconciler, for its metrics.
 		byFamily := map[knftables.Family][]conntrack.Filter{}
@@ -212,7 +217,8 @@ func (p *Proxier) afterSync(st *state.ClusterState) {
 			p.log.Error("health check node ports", "err", err)
 		}
 	}
-	p.recordStateGauges(st)
+	p.gauges.update(p.applied, st, changed)
+	p.gauges.record(p.metrics)
 }
 
 // recordInvalidObjects sets the invalid-object gauge from the Tracker's errors.
@@ -227,85 +233,6 @@ func (p *Proxier) recordInvalidObjects() {
 	for kind, n := range counts {
 		p.metrics.InvalidObjects.WithLabelValues(kind).Set(float64(n))
 	}
-}
-
-// recordStateGauges sets the per-family Service and endpoint gauges and the counts
-// of Service ports with a Local policy and no local endpoint.
-func (p *Proxier) recordStateGauges(st *state.ClusterState) {
-	for _, fam := range p.families {
-		f, ipv6 := metrics.Family(fam), fam == knftables.IPv6Family
-		svcs, eps := familyCounts(st, ipv6)
-		p.metrics.Services.WithLabelValues(f).Set(float64(svcs))
-		p.metrics.Endpoints.WithLabelValues(f).Set(float64(eps))
-		internal, external := withoutLocalEndpoints(st, ipv6)
-		p.metrics.NoLocalEndpoints.WithLabelValues(metrics.PolicyInternal, f).Set(float64(internal))
-		p.metrics.NoLocalEndpoints.WithLabelValues(metrics.PolicyExternal, f).Set(float64(external))
-	}
-}
-
-// familyCounts returns the number of Services with a ClusterIP of the family (those
-// the family's ruleset serves) and of distinct endpoint address:port pairs of it.
-func familyCounts(st *state.ClusterState, ipv6 bool) (services, endpoints int) {
-	for _, svc := range st.Services {
-		if hasClusterIP(svc, ipv6) {
-			services++
-		}
-	}
-	seen := map[string]bool{}
-	for _, slices := range st.Slices {
-		for _, sl := range slices {
-			if sl.IPv6 != ipv6 {
-				continue
-			}
-			for _, sp := range sl.Ports {
-				for _, e := range sl.Endpoints {
-					seen[fmt.Sprintf("%s/%s/%d", e.Address, sp.Protocol, sp.Port)] = true
-				}
-			}
-		}
-	}
-	return services, len(seen)
-}
-
-func hasClusterIP(svc *state.Service, ipv6 bool) bool {
-	for _, a := range svc.ClusterIPs {
-		if a.Is6() == ipv6 {
-			return true
-		}
-	}
-	return false
-}
-
-// withoutLocalEndpoints counts, among the Service ports of a family, those under an
-// internal (respectively external) Local traffic policy that have usable endpoints
-// of the family, none of them on this node: traffic of that kind reaching this
-// node is dropped.
-func withoutLocalEndpoints(st *state.ClusterState, ipv6 bool) (internal, external int) {
-	for _, svc := range st.Services {
-		if (!svc.InternalPolicyLocal && !svc.ExternalPolicyLocal) || !hasClusterIP(svc, ipv6) {
-			continue
-		}
-		hasExternal := len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0
-		for _, port := range svc.Ports {
-			var eps []state.Endpoint
-			for _, e := range st.Endpoints(svc, port) {
-				if e.Address.Is6() == ipv6 {
-					eps = append(eps, e)
-				}
-			}
-			sel := state.Select(svc, eps, st.Node)
-			if len(sel.Cluster) == 0 || len(sel.Local) > 0 {
-				continue
-			}
-			if svc.InternalPolicyLocal {
-				internal++
-			}
-			if svc.ExternalPolicyLocal && (hasExternal || port.NodePort != 0) {
-				external++
-			}
-		}
-	}
-	return internal, external
 }
 
 // Tidy removes from every family's table the emptied objects incremental syncs

@@ -179,6 +179,22 @@ func (t *Tracker) DeleteNode(node *v1.Node) {
 func (t *Tracker) State() *ClusterState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.state()
+}
+
+// TakeState is State and TakeChanged at one instant: the returned Services are
+// exactly those that may differ between the state the previous TakeState returned
+// and this one, so that what is kept per Service can be updated by a diff.
+func (t *Tracker) TakeState() (*ClusterState, map[ServiceName]bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := t.changed
+	t.changed = map[ServiceName]bool{}
+	return t.state(), changed
+}
+
+// state is State with t.mu held.
+func (t *Tracker) state() *ClusterState {
 	if t.snapshot == nil {
 		// Copying the top-level maps is enough: Services, slices, their inner maps
 		// and the Node are replaced on change, never modified in place.

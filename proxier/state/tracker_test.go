@@ -408,3 +408,43 @@ func TestTrackerServiceProxyName(t *testing.T) {
 		tr.TakeChanged()
 	}
 }
+
+// TestTrackerTakeStateNamesEveryDifference takes states while another goroutine
+// changes Services and slices, and checks that each take names every Service that
+// differs from the previous take's state, as a diff of the two relies on.
+func TestTrackerTakeStateNamesEveryDifference(t *testing.T) {
+	tr := NewTracker("node-a")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			name := fmt.Sprintf("svc-%d", i%20)
+			err := errors.Join(tr.UpdateService(named(name, func(s *v1.Service) { s.Spec.Ports[0].Port = int32(80 + i) })),
+				tr.UpdateEndpointSlice(sliceOf(fmt.Sprintf("%s-%d", name, i%3), name)))
+			if err != nil {
+				t.Error(err) // not Fatal: this is not the test's goroutine
+				return
+			}
+		}
+	}()
+	prev := &ClusterState{}
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true // one more take after the last change
+		default:
+		}
+		cur, changed := tr.TakeState()
+		for name, svc := range cur.Services {
+			if prev.Services[name] != svc && !changed[name] {
+				t.Fatalf("Service %s changed between two takes, not named changed", name)
+			}
+		}
+		for name, sl := range cur.Slices {
+			if !maps.Equal(prev.Slices[name], sl) && !changed[name] {
+				t.Fatalf("slices of %s changed between two takes, not named changed", name)
+			}
+		}
+		prev = cur
+	}
+}
