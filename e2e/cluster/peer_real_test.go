@@ -282,8 +282,17 @@ func (w *realWorld) connect(s *realSend, side, conns int) map[string]bool {
 // exchange makes one connection of s on side and returns its outcome.
 func (w *realWorld) exchange(s *realSend, side int) string {
 	p, cl := s.p[side], s.cl[side]
-	r, err := cl.ns.Echo(lab.Request{Proto: lab.Proto(p.Protocol.String()), Dst: p.Dst,
-		Src: netip.AddrPortFrom(cl.src, w.sourcePort()), Timeout: realTimeout})
+	var r lab.Reply
+	var err error
+	// A source port taken on the client (by a listener of the node, say) fails the
+	// exchange before any packet: another port then.
+	for range 3 {
+		r, err = cl.ns.Echo(lab.Request{Proto: lab.Proto(p.Protocol.String()), Dst: p.Dst,
+			Src: netip.AddrPortFrom(cl.src, w.sourcePort()), Timeout: realTimeout})
+		if lab.Classify(err) != lab.Failed {
+			break
+		}
+	}
 	if err != nil {
 		return string(lab.Classify(err))
 	}
@@ -300,10 +309,11 @@ func (w *realWorld) exchange(s *realSend, side int) string {
 }
 
 // sourcePort returns a client source port no connection of the run has used yet
-// (below the kernel's ephemeral range): a UDP exchange from a port an earlier one used
-// finds that one's conntrack entry, which is not a new connection to reject.
+// (below the node ports and the kernel's ephemeral range): a UDP exchange from a port
+// an earlier one used finds that one's conntrack entry, which is not a new connection
+// to reject.
 func (w *realWorld) sourcePort() uint16 {
-	return uint16(10000 + w.ports.Add(1)%22000)
+	return uint16(10000 + w.ports.Add(1)%20000)
 }
 
 // name is the canonical name of an address seen from the compared node of side: a pod
