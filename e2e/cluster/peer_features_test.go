@@ -211,31 +211,10 @@ func replayFeatures(ctx context.Context, t *testing.T, c *Cluster, a, b *Node, t
 	if err != nil {
 		t.Fatal(err)
 	}
-	hosts, phases := 60, 0
-	var rs []*replay
-	for i, sc := range scs {
-		r := newReplay(c, sc, i, &hosts)
-		rs = append(rs, r)
-		phases = max(phases, len(r.phases))
-	}
+	rs, phases := newReplays(c, scs)
 	compared, kinds := 0, map[string]int{}
 	for k := range phases {
-		for _, r := range rs {
-			if r.failed == nil && k < len(r.phases) {
-				if r.failed = r.apply(ctx, c, k); r.failed != nil {
-					t.Logf("%s: not replayed: %v", r.sc.File, r.failed)
-				}
-			}
-		}
-		missing := func(text string) string {
-			for _, r := range rs {
-				if m := r.missingFrom(text); r.failed == nil && m != "" {
-					return r.sc.File + ": " + m
-				}
-			}
-			return ""
-		}
-		if err := waitRulesets(ctx, 3*time.Second, missing, a, b); err != nil {
+		if err := applyPhase(ctx, t, c, rs, k, a, b); err != nil {
 			t.Fatalf("feature scenarios, phase %d: %v", k, err)
 		}
 		va, err := liveView(ctx, a, 0, c)
@@ -291,4 +270,38 @@ func (r *replay) compare(t *testing.T, steps []*features.Step, va, vb *peerView,
 		}
 	}
 	return len(steps)
+}
+
+// applyPhase applies phase k of every replay still going (a replay the API refused is
+// logged and left out from then on) and waits until both nodes' rulesets hold it.
+func applyPhase(ctx context.Context, t *testing.T, c *Cluster, rs []*replay, k int, a, b *Node) error {
+	for _, r := range rs {
+		if r.failed == nil && k < len(r.phases) {
+			if r.failed = r.apply(ctx, c, k); r.failed != nil {
+				t.Logf("%s: not replayed: %v", r.sc.File, r.failed)
+			}
+		}
+	}
+	missing := func(text string) string {
+		for _, r := range rs {
+			if m := r.missingFrom(text); r.failed == nil && m != "" {
+				return r.sc.File + ": " + m
+			}
+		}
+		return ""
+	}
+	return waitRulesets(ctx, 3*time.Second, missing, a, b)
+}
+
+// newReplays makes the replays of scs, their hosts numbered from 60 on, and returns how
+// many phases the longest has.
+func newReplays(c *Cluster, scs []*features.Scenario) ([]*replay, int) {
+	hosts, phases := 60, 0
+	var rs []*replay
+	for i, sc := range scs {
+		r := newReplay(c, sc, i, &hosts)
+		rs = append(rs, r)
+		phases = max(phases, len(r.phases))
+	}
+	return rs, phases
 }

@@ -149,12 +149,8 @@ func realReplays(t *testing.T, c *Cluster, tally *realTally) ([]*replay, int) {
 		}
 		scs = slices.DeleteFunc(scs, func(sc *features.Scenario) bool { return !re.MatchString(sc.File) })
 	}
-	hosts, phases := 60, 0
-	var rs []*replay
-	for i, sc := range scs {
-		r := newReplay(c, sc, i, &hosts)
-		rs = append(rs, r)
-		phases = max(phases, len(r.phases))
+	rs, phases := newReplays(c, scs)
+	for _, sc := range scs {
 		for _, st := range sc.Steps {
 			if st.Packet != nil && st.Packet.Family() != packet.IPv4 {
 				tally.notSendable["IPv6 (the lab is IPv4 only)"]++
@@ -181,22 +177,7 @@ func realReplays(t *testing.T, c *Cluster, tally *realTally) ([]*replay, int) {
 // endpoints real and returns the phase's packets with their clients on both nodes.
 func realPhase(ctx context.Context, t *testing.T, c *Cluster, w *realWorld, rs []*replay, k int, tally *realTally) []*realSend {
 	a, b := c.Nodes[0], c.Nodes[1]
-	for _, r := range rs {
-		if r.failed == nil && k < len(r.phases) {
-			if r.failed = r.apply(ctx, c, k); r.failed != nil {
-				t.Logf("%s: not replayed: %v", r.sc.File, r.failed)
-			}
-		}
-	}
-	missing := func(text string) string {
-		for _, r := range rs {
-			if m := r.missingFrom(text); r.failed == nil && m != "" {
-				return r.sc.File + ": " + m
-			}
-		}
-		return ""
-	}
-	if err := waitRulesets(ctx, 3*time.Second, missing, a, b); err != nil {
+	if err := applyPhase(ctx, t, c, rs, k, a, b); err != nil {
 		t.Fatalf("phase %d: %v", k, err)
 	}
 	if err := w.syncEndpoints(ctx); err != nil {
