@@ -76,6 +76,10 @@ func TestTerminatingEndpoints(t *testing.T) {
 				}
 				return len(got.failures) == 0 && maps.Equal(seen, want)
 			}
+			// A removed pod's address is refused by the gateway its node routes it to, so
+			// a quick round can look converged before the proxy has synced; wait for the
+			// proxy's sync first.
+			waitSynced(t, ctx, c, node, sliced)
 			const quick = 12
 			last := ""
 			err := waitFor(ctx, 20*time.Second, st.name, func() (bool, error) {
