@@ -52,6 +52,7 @@ func TestTerminatingEndpoints(t *testing.T) {
 			map[string]string{}, nil, lab.Refused},
 	}
 	for _, st := range steps {
+		acted := time.Now()
 		if err := st.act(); err != nil {
 			t.Fatalf("%s: %v", st.name, err)
 		}
@@ -77,9 +78,10 @@ func TestTerminatingEndpoints(t *testing.T) {
 				return len(got.failures) == 0 && maps.Equal(seen, want)
 			}
 			// A removed pod's address is refused by the gateway its node routes it to, so
-			// a quick round can look converged before the proxy has synced; wait for the
-			// proxy's sync first.
-			waitSynced(t, ctx, c, node, sliced)
+			// a quick round can look converged before the proxy has synced; wait for a
+			// sync since the step (the proxy may have synced before the test saw the
+			// slice).
+			waitSynced(t, ctx, c, node, acted)
 			const quick = 12
 			last := ""
 			err := waitFor(ctx, 20*time.Second, st.name, func() (bool, error) {
