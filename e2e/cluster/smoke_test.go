@@ -193,17 +193,7 @@ func connect(p *Pod, dst netip.AddrPort, n int) tally {
 
 // connectWithin makes n TCP connections from p to dst, each given timeout.
 func connectWithin(p *Pod, dst netip.AddrPort, n int, timeout time.Duration) tally {
-	t := tally{reached: map[string]int{}, failures: map[lab.Outcome]int{}, sources: map[netip.Addr]int{}}
-	for range n {
-		r, err := p.Echo(lab.Request{Proto: lab.TCP, Dst: dst, Timeout: timeout})
-		if err != nil {
-			t.failures[lab.Classify(err)]++
-			continue
-		}
-		t.reached[r.Pod]++
-		t.sources[r.Source.Addr()]++
-	}
-	return t
+	return connectFrom(p.NS, dst, n, timeout)
 }
 
 // TestClusterIPAcrossNodes sends real TCP connections to a ClusterIP whose two pods run on
