@@ -15,6 +15,7 @@ import (
 	"github.com/nftproxy/nftproxy/proxier/conntrack"
 	"github.com/nftproxy/nftproxy/proxier/health"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 // nopCleaner is a ConntrackCleaner that deletes nothing, so that the benchmark
@@ -72,20 +73,31 @@ func benchSlice(i, eps int) *discoveryv1.EndpointSlice {
 
 // BenchmarkEndpointChange measures what the daemon does for one endpoint change
 // at n Services: the event handler, then an incremental sync with its metrics,
-// health checks and conntrack cleanup.
+// health checks and conntrack cleanup. Each iteration removes an endpoint from
+// the next Service, or, once every Service has lost one, adds it back, so that
+// every sync has a change to apply.
 func BenchmarkEndpointChange(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			p := benchProxier(b, n)
+			applied := 0
+			p.cfg.OnSynced = func(fam knftables.Family, _ *ruleset.Ruleset, _ syncer.Result) {
+				if fam == knftables.IPv4Family {
+					applied++
+				}
+			}
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			i := 0
 			for b.Loop() {
-				p.OnEndpointSliceUpdate(benchSlice(i%n, 4+i%2))
+				p.OnEndpointSliceUpdate(benchSlice(i%n, 4+(i/n)%2))
 				if err := p.Sync(context.Background()); err != nil {
 					b.Fatalf("sync: %v", err)
 				}
 				i++
+			}
+			if applied != i {
+				b.Fatalf("%d of %d syncs applied a change", applied, i)
 			}
 			// The process's CPU time, the garbage collector's included, as the
 			// bench's peer phase reports the daemon's.

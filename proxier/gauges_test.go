@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/knftables"
+
+	"github.com/nftproxy/nftproxy/proxier/state"
 )
 
 // TestStateGaugesFollowChanges checks the state gauges, kept up to date from each
@@ -45,14 +47,18 @@ func TestStateGaugesFollowChanges(t *testing.T) {
 			p.OnEndpointSliceDelete(slice("default", "db", "db-1", nil))
 		},
 	}
+	var applied *state.ClusterState // the state of the last successful sync
 	for i, step := range steps {
 		step()
 		err := p.Sync(t.Context())
 		if fs[knftables.IPv4Family].failing != (err != nil) {
 			t.Fatalf("step %d: sync: %v", i, err)
 		}
+		if err == nil {
+			applied = p.tracker.State() // no event came since the sync
+		}
 		want := newStateGauges(p.families)
-		want.update(nil, p.applied, nil)
+		want.update(nil, applied, nil)
 		if !reflect.DeepEqual(p.gauges, want) {
 			t.Errorf("step %d: gauges %+v, a recount %+v", i, *p.gauges.families[knftables.IPv4Family], *want.families[knftables.IPv4Family])
 		}

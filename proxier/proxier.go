@@ -137,9 +137,14 @@ type Proxier struct {
 
 	// syncMu serializes syncs and guards the fields below.
 	syncMu sync.Mutex
-	// applied is the ClusterState the last fully successful sync applied (nil
-	// before the first); conntrack cleanup diffs against it.
-	applied *state.ClusterState
+	// prior holds what the last fully successful sync applied of the Services in
+	// changed (their Service and slices, absent where it had none) and that
+	// sync's Node: with the state a sync applies, it is all that conntrack
+	// cleanup and the state gauges diff. It is nil before the first such sync.
+	prior *state.ClusterState
+	// frontends follows the UDP frontends of the applied state, for conntrack
+	// cleanup.
+	frontends *conntrack.Frontends
 	// failed is true while the last sync of some family failed.
 	failed bool
 	// changed accumulates the changed Services of syncs that failed, and
@@ -186,7 +191,7 @@ func New(cfg Config) (*Proxier, error) {
 		metrics: cfg.Metrics, clock: cfg.Clock, log: cfg.Log,
 		started: cfg.Clock.Now(), triggers: map[state.ServiceName][]trigger{},
 		pendingServices: map[state.ServiceName]bool{}, changed: map[state.ServiceName]bool{},
-		pendingTriggers: map[state.ServiceName][]trigger{},
+		pendingTriggers: map[state.ServiceName][]trigger{}, frontends: conntrack.NewFrontends(),
 	}
 	var errs []error
 	for _, fam := range cfg.Families {

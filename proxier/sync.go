@@ -29,12 +29,15 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 	defer p.syncMu.Unlock()
 
 	start := p.clock.Now()
-	st := p.takeChanges()
+	taken := p.takeChanges()
+	// The Tracker updates the state in place at the next take, once released;
+	// what a later sync needs of it is kept in p.prior.
+	defer p.tracker.Release(taken.State)
+	st := taken.State
 	p.recordInvalidObjects()
-	if !full && !p.failed && st == p.applied {
-		// The Tracker returns the same snapshot until something changes: the
-		// events since the last sync changed nothing, and the tables are current.
-		// kube-proxy counts such a sync as a partial one.
+	if !full && !p.failed && p.prior != nil && !taken.Modified {
+		// The events since the last sync changed nothing, and the tables are
+		// current. kube-proxy counts such a sync as a partial one.
 		p.observeLatency(start)
 		for _, fam := range p.families {
 			p.metrics.ObserveSync(fam, false, p.clock.Since(start))
@@ -56,8 +59,9 @@ func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 	p.failed = false
 	changed := p.changed // observeLatency starts a new set
 	p.observeLatency(p.clock.Now())
-	p.afterSync(st, changed)
-	p.applied = st
+	p.afterSync(st, changed, full)
+	p.prior = &state.ClusterState{Node: st.Node, ServiceCIDRs: st.ServiceCIDRs,
+		Services: map[state.ServiceName]*state.Service{}, Slices: map[state.ServiceName]map[string]*state.EndpointSlice{}}
 	return nil
 }
 
@@ -142,13 +146,30 @@ func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state
 	return res, err
 }
 
-// takeChanges returns the Tracker's state, and moves its changed Services and the
+// takeChanges takes the Tracker's state, and moves its changed Services and the
 // recorded change times into the pending sets, which a successful sync observes
-// and clears. The changed Services are all that differ between the state the last
-// successful sync applied and the one returned.
-func (p *Proxier) takeChanges() *state.ClusterState {
-	st, changed := p.tracker.TakeState()
-	maps.Copy(p.changed, changed)
+// and clears; what the last successful sync applied of Services newly changed
+// goes into p.prior. The changed Services are all that differ between the state
+// the last successful sync applied and the one returned.
+func (p *Proxier) takeChanges() state.Taken {
+	taken := p.tracker.TakeState()
+	if p.prior != nil && taken.Prior == nil {
+		p.prior = nil // not expected: this Proxier takes every state
+	}
+	if p.prior != nil {
+		for name := range taken.Changed {
+			if p.changed[name] {
+				continue // p.prior has it from before a failed sync
+			}
+			if svc, ok := taken.Prior.Services[name]; ok {
+				p.prior.Services[name] = svc
+			}
+			if sl, ok := taken.Prior.Slices[name]; ok {
+				p.prior.Slices[name] = sl
+			}
+		}
+	}
+	maps.Copy(p.changed, taken.Changed)
 	p.triggersMu.Lock()
 	triggers := p.triggers
 	p.triggers = map[state.ServiceName][]trigger{}
@@ -160,7 +181,7 @@ func (p *Proxier) takeChanges() *state.ClusterState {
 	for svc, ts := range triggers {
 		p.pendingTriggers[svc] = append(p.pendingTriggers[svc], ts...)
 	}
-	return st
+	return taken
 }
 
 // observeLatency records the network programming latency of every change applied
@@ -182,43 +203,55 @@ func (p *Proxier) observeLatency(end time.Time) {
 }
 
 // afterSync runs what must follow applied rules: conntrack cleanup, health-check
-// node ports and the state gauges (updated from the Services changed since the
-// last successful sync). Their failures are logged, not returned: the rules are in
-// place, and the next sync retries the node ports.
-func (p *Proxier) afterSync(st *state.ClusterState, changed map[state.ServiceName]bool) {
+// node ports and the state gauges, from the Services changed since the last
+// successful sync alone (the health-check node ports from every Service on the
+// first and on full syncs). Their failures are logged, not returned: the rules
+// are in place, and the next sync retries the node ports.
+func (p *Proxier) afterSync(st *state.ClusterState, changed map[state.ServiceName]bool, full bool) {
 	if p.cfg.Conntrack != nil {
-		// One cleanup per family, as kube-proxy's reconciler, for its metrics.
-		byFamily := map[knftables.Family][]conntrack.Filter{}
-		for _, f := range conntrack.Stale(p.applied, st) {
-			fam := knftables.IPv4Family
-			if f.OrigDst.Addr().Is6() {
-				fam = knftables.IPv6Family
-			}
-			byFamily[fam] = append(byFamily[fam], f)
-		}
-		for _, fam := range p.families {
-			filters := byFamily[fam]
-			if len(filters) == 0 {
-				continue
-			}
-			begin := p.clock.Now()
-			n, err := p.cfg.Conntrack.Clear(filters)
-			p.metrics.ConntrackDuration.WithLabelValues(metrics.Family(fam)).Observe(p.clock.Since(begin).Seconds())
-			p.metrics.ConntrackDeleted.WithLabelValues(metrics.Family(fam)).Add(float64(n))
-			if err != nil {
-				p.log.Warn("conntrack cleanup failed", "family", string(fam), "filters", len(filters), "err", err)
-			} else {
-				p.log.Debug("conntrack cleanup", "family", string(fam), "filters", len(filters), "deleted", n)
-			}
-		}
+		p.clearConntrack(p.frontends.Stale(p.prior, st, changed))
 	}
 	if p.cfg.ServiceHealth != nil {
-		if err := p.cfg.ServiceHealth.Sync(st); err != nil {
+		var err error
+		if full || p.prior == nil {
+			err = p.cfg.ServiceHealth.Sync(st)
+		} else {
+			err = p.cfg.ServiceHealth.SyncChanged(st, changed)
+		}
+		if err != nil {
 			p.log.Error("health check node ports", "err", err)
 		}
 	}
-	p.gauges.update(p.applied, st, changed)
+	p.gauges.update(p.prior, st, changed)
 	p.gauges.record(p.metrics)
+}
+
+// clearConntrack deletes the conntrack entries filters select, one cleanup per
+// family as kube-proxy's reconciler, for its metrics.
+func (p *Proxier) clearConntrack(stale []conntrack.Filter) {
+	byFamily := map[knftables.Family][]conntrack.Filter{}
+	for _, f := range stale {
+		fam := knftables.IPv4Family
+		if f.OrigDst.Addr().Is6() {
+			fam = knftables.IPv6Family
+		}
+		byFamily[fam] = append(byFamily[fam], f)
+	}
+	for _, fam := range p.families {
+		filters := byFamily[fam]
+		if len(filters) == 0 {
+			continue
+		}
+		begin := p.clock.Now()
+		n, err := p.cfg.Conntrack.Clear(filters)
+		p.metrics.ConntrackDuration.WithLabelValues(metrics.Family(fam)).Observe(p.clock.Since(begin).Seconds())
+		p.metrics.ConntrackDeleted.WithLabelValues(metrics.Family(fam)).Add(float64(n))
+		if err != nil {
+			p.log.Warn("conntrack cleanup failed", "family", string(fam), "filters", len(filters), "err", err)
+		} else {
+			p.log.Debug("conntrack cleanup", "family", string(fam), "filters", len(filters), "deleted", n)
+		}
+	}
 }
 
 // recordInvalidObjects sets the invalid-object gauge from the Tracker's errors.

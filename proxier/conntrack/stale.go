@@ -76,14 +76,25 @@ type frontends map[frontend]map[netip.AddrPort]bool
 //     to it that were not DNATed. Before the first sync every frontend counts as
 //     having had none, which is safe: a flow to a frontend with endpoints that was
 //     not DNATed is always stale.
+//
+// It looks at every Service of both states; Frontends.Stale finds the same
+// filters from the changed Services alone.
 func Stale(old, new *state.ClusterState) []Filter {
 	var prev frontends
 	if old != nil {
 		prev = udpFrontends(old)
 	}
-	cur := udpFrontends(new)
+	return diff(prev, udpFrontends(new), nil)
+}
+
+// diff returns the filters of going from prev to cur (see Stale), over the
+// frontends of only when it is not nil, sorted and without duplicates.
+func diff(prev, cur frontends, only map[frontend]bool) []Filter {
 	seen := map[Filter]bool{}
 	for fe, eps := range prev {
+		if only != nil && !only[fe] {
+			continue
+		}
 		for ep := range eps {
 			if !cur[fe][ep] {
 				seen[Filter{OrigDst: fe, ReplySrc: ep}] = true
@@ -91,6 +102,9 @@ func Stale(old, new *state.ClusterState) []Filter {
 		}
 	}
 	for fe, eps := range cur {
+		if only != nil && !only[fe] {
+			continue
+		}
 		if len(eps) > 0 && len(prev[fe]) == 0 {
 			seen[Filter{OrigDst: fe, NotNATed: true}] = true
 		}
@@ -103,38 +117,43 @@ func Stale(old, new *state.ClusterState) []Filter {
 	return out
 }
 
-// udpFrontends lists the UDP frontends of st with the endpoints each may use: its
-// ClusterIPs use the internal selection; external and load-balancer IPs and node
-// ports (on every node address) use the external one, plus the cluster-wide one
-// under a Local policy, as traffic from pods and the node ignores that policy.
+// udpFrontends lists the UDP frontends of st with the endpoints each may use.
 func udpFrontends(st *state.ClusterState) frontends {
 	out := frontends{}
 	for _, svc := range st.Services {
-		for _, p := range svc.Ports {
-			if p.Protocol != state.UDP {
-				continue
-			}
-			sel := state.Select(svc, st.Endpoints(svc, p), st.Node)
-			external := sel.External
-			if svc.ExternalPolicyLocal {
-				external = append(slices.Clone(sel.External), sel.Cluster...)
-			}
-			for _, a := range svc.ClusterIPs {
-				out.add(netip.AddrPortFrom(a, p.Port), sel.Internal)
-			}
-			for _, a := range slices.Concat(svc.ExternalIPs, svc.LoadBalancerIPs) {
-				out.add(netip.AddrPortFrom(a, p.Port), external)
-			}
-			if p.NodePort != 0 {
-				for _, a := range st.Node.Addresses {
-					if !a.IsLoopback() {
-						out.add(netip.AddrPortFrom(a, p.NodePort), external)
-					}
+		out.addService(st, svc)
+	}
+	return out
+}
+
+// addService adds the UDP frontends of svc in st with the endpoints each may use:
+// its ClusterIPs use the internal selection; external and load-balancer IPs and
+// node ports (on every node address) use the external one, plus the cluster-wide
+// one under a Local policy, as traffic from pods and the node ignores that policy.
+func (f frontends) addService(st *state.ClusterState, svc *state.Service) {
+	for _, p := range svc.Ports {
+		if p.Protocol != state.UDP {
+			continue
+		}
+		sel := state.Select(svc, st.Endpoints(svc, p), st.Node)
+		external := sel.External
+		if svc.ExternalPolicyLocal {
+			external = append(slices.Clone(sel.External), sel.Cluster...)
+		}
+		for _, a := range svc.ClusterIPs {
+			f.add(netip.AddrPortFrom(a, p.Port), sel.Internal)
+		}
+		for _, a := range slices.Concat(svc.ExternalIPs, svc.LoadBalancerIPs) {
+			f.add(netip.AddrPortFrom(a, p.Port), external)
+		}
+		if p.NodePort != 0 {
+			for _, a := range st.Node.Addresses {
+				if !a.IsLoopback() {
+					f.add(netip.AddrPortFrom(a, p.NodePort), external)
 				}
 			}
 		}
 	}
-	return out
 }
 
 // add records fe with those of eps that are of its family.

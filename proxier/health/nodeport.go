@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strconv"
 	"sync"
@@ -27,6 +29,10 @@ type ServiceHealthServer struct {
 	mu        sync.Mutex
 	listeners map[uint16]*hcListener
 	counts    map[state.ServiceName]int
+	// ports is the health-check node port of each Service as the last sync saw
+	// it, and failed is set while some port of it is not served.
+	ports  map[state.ServiceName]uint16
+	failed bool
 }
 
 // hcListener is the open listener of one health-check node port.
@@ -57,7 +63,7 @@ func NewServiceHealthServer(bindHost string, healthy func() bool, log *slog.Logg
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &ServiceHealthServer{bindHost: bindHost, healthy: healthy, log: log,
-		listeners: map[uint16]*hcListener{}, counts: map[state.ServiceName]int{}}
+		listeners: map[uint16]*hcListener{}, counts: map[state.ServiceName]int{}, ports: map[state.ServiceName]uint16{}}
 }
 
 // HealthChecks returns, for st, the health-check node port of every Service that has
@@ -66,31 +72,66 @@ func NewServiceHealthServer(bindHost string, healthy func() bool, log *slog.Logg
 func HealthChecks(st *state.ClusterState) (ports map[state.ServiceName]uint16, counts map[state.ServiceName]int) {
 	ports, counts = map[state.ServiceName]uint16{}, map[state.ServiceName]int{}
 	for name, svc := range st.Services {
-		if svc.HealthCheckNodePort == 0 {
-			continue
+		if svc.HealthCheckNodePort != 0 {
+			ports[name], counts[name] = svc.HealthCheckNodePort, localEndpoints(st, svc)
 		}
-		ports[name] = svc.HealthCheckNodePort
-		local := map[string]bool{}
-		for _, p := range svc.Ports {
-			for _, ep := range st.Endpoints(svc, p) {
-				if ep.Ready && st.Node.Name != "" && ep.NodeName == st.Node.Name {
-					local[ep.AddrPort().String()] = true
-				}
-			}
-		}
-		counts[name] = len(local)
 	}
 	return ports, counts
 }
 
+// localEndpoints counts the ready endpoints of svc on this node.
+func localEndpoints(st *state.ClusterState, svc *state.Service) int {
+	local := map[netip.AddrPort]bool{}
+	for _, p := range svc.Ports {
+		for _, ep := range st.Endpoints(svc, p) {
+			if ep.Ready && st.Node.Name != "" && ep.NodeName == st.Node.Name {
+				local[ep.AddrPort()] = true
+			}
+		}
+	}
+	return len(local)
+}
+
 // Sync makes the listeners match st: it opens the ports of new Services, closes
 // those of Services that went away or changed port, and updates every count. Ports
-// that cannot be opened are reported and retried on the next Sync.
+// that cannot be opened are reported and retried on the next Sync or SyncChanged.
 func (s *ServiceHealthServer) Sync(st *state.ClusterState) error {
 	ports, counts := HealthChecks(st)
 	s.mu.Lock()
 	s.counts = counts
+	s.ports = ports
 	s.mu.Unlock()
+	return s.syncPorts(ports)
+}
+
+// SyncChanged is Sync for a st in which only the Services in changed may differ
+// from the state of the previous Sync or SyncChanged: it reads those alone, and
+// opens and closes listeners only when their ports changed or an earlier port
+// could not be opened.
+func (s *ServiceHealthServer) SyncChanged(st *state.ClusterState, changed map[state.ServiceName]bool) error {
+	s.mu.Lock()
+	moved := s.failed
+	for name := range changed {
+		svc := st.Services[name]
+		if svc == nil || svc.HealthCheckNodePort == 0 {
+			_, had := s.ports[name]
+			moved = moved || had
+			delete(s.ports, name)
+			delete(s.counts, name)
+			continue
+		}
+		moved = moved || s.ports[name] != svc.HealthCheckNodePort
+		s.ports[name] = svc.HealthCheckNodePort
+		s.counts[name] = localEndpoints(st, svc)
+	}
+	var ports map[state.ServiceName]uint16
+	if moved {
+		ports = maps.Clone(s.ports)
+	}
+	s.mu.Unlock()
+	if !moved {
+		return nil
+	}
 	return s.syncPorts(ports)
 }
 
@@ -117,13 +158,16 @@ func (s *ServiceHealthServer) syncPorts(ports map[state.ServiceName]uint16) erro
 	s.mu.Unlock()
 	for _, hl := range closing {
 		s.log.Info("closing health check node port", "service", hl.svc.String(), "port", hl.l.Addr().String())
-		_ = hl.srv.Close()
+		hl.close()
 	}
 	for p, name := range want {
 		if err := s.open(p, name); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	s.mu.Lock()
+	s.failed = len(errs) > 0
+	s.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -165,6 +209,14 @@ func (s *ServiceHealthServer) handler(name state.ServiceName) http.Handler {
 	})
 }
 
+// close stops serving hl. It closes the listener itself too: the server only
+// closes the listeners its Serve has begun with, and a Serve that has not begun
+// yet would leave the port bound for a while, so that reopening it could fail.
+func (hl *hcListener) close() {
+	_ = hl.srv.Close()
+	_ = hl.l.Close()
+}
+
 // Ports returns the health-check node ports currently served, by Service.
 func (s *ServiceHealthServer) Ports() map[state.ServiceName]uint16 {
 	s.mu.Lock()
@@ -183,7 +235,7 @@ func (s *ServiceHealthServer) Close() {
 	s.listeners = map[uint16]*hcListener{}
 	s.mu.Unlock()
 	for _, hl := range ls {
-		_ = hl.srv.Close()
+		hl.close()
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -150,5 +152,50 @@ func TestServiceHealthServerErrorsNameTheService(t *testing.T) {
 	}
 	if code, _ := probe(t, free); code != http.StatusServiceUnavailable {
 		t.Errorf("ns/a (no endpoints) answered %d, want 503", code)
+	}
+}
+
+// TestServiceHealthServerSyncChangedEqualsSync changes random Services (their
+// health-check node port, from a small pool so that Services share one, and their
+// local endpoints) and checks that a server told only of the changed Services
+// serves the ports and counts a server synced with the whole state serves, and
+// fails alike.
+func TestServiceHealthServerSyncChangedEqualsSync(t *testing.T) {
+	pool := append(freePorts(t, 3), 0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	full := NewServiceHealthServer("127.0.0.1", nil, nil)
+	defer full.Close()
+	inc := NewServiceHealthServer("127.0.0.2", nil, nil)
+	defer inc.Close()
+	st := state.NewClusterState()
+	st.Node.Name = "node-a"
+	for step := range 200 {
+		next := &state.ClusterState{Node: st.Node, Services: maps.Clone(st.Services), Slices: maps.Clone(st.Slices)}
+		changed := map[state.ServiceName]bool{}
+		for range 1 + rng.IntN(2) {
+			name := fmt.Sprint("svc-", rng.IntN(6))
+			n := state.ServiceName{Namespace: "ns", Name: name}
+			changed[n] = true
+			if rng.IntN(4) == 0 {
+				delete(next.Services, n)
+				continue
+			}
+			var eps []state.SliceEndpoint
+			for i := range rng.IntN(4) {
+				eps = append(eps, ep(fmt.Sprint("10.1.0.", i), []string{"node-a", "node-b"}[rng.IntN(2)], rng.IntN(3) > 0))
+			}
+			addService(next, "ns", name, pool[rng.IntN(len(pool))], eps...)
+		}
+		errFull, errInc := full.Sync(next), inc.SyncChanged(next, changed)
+		if (errFull == nil) != (errInc == nil) {
+			t.Fatalf("step %d: Sync error %v, SyncChanged error %v", step, errFull, errInc)
+		}
+		if got, want := inc.Ports(), full.Ports(); !maps.Equal(got, want) {
+			t.Fatalf("step %d: SyncChanged serves %v, Sync %v", step, got, want)
+		}
+		if !maps.Equal(inc.counts, full.counts) {
+			t.Fatalf("step %d: SyncChanged counts %v, Sync %v", step, inc.counts, full.counts)
+		}
+		st = next
 	}
 }

@@ -95,7 +95,7 @@ func (t *Tracker) setServiceCIDR(name string, cidrs []netip.Prefix) {
 		return
 	}
 	t.cidrUnion = union
-	t.snapshot = nil
+	t.invalidate()
 }
 
 // unionPrefixes returns ps sorted (by address, then length) and without duplicates.

@@ -42,6 +42,15 @@ type Tracker struct {
 	errs         map[objectKey]error
 	// snapshot is the last ClusterState returned by State, nil after a change.
 	snapshot *ClusterState
+	// taken is the last ClusterState returned by TakeState, kept apart from
+	// snapshot: once its taker releases it (released), the next TakeState brings
+	// it up to date in place, which costs what changed rather than a copy of
+	// every Service. dirty names the Services changed since taken was last made
+	// current, and modified records any change since the last TakeState.
+	taken    *ClusterState
+	released bool
+	dirty    map[ServiceName]bool
+	modified bool
 }
 
 // objectKey identifies a Kubernetes object.
@@ -61,6 +70,7 @@ func NewTracker(nodeName string) *Tracker {
 		serviceCIDRs: map[string][]netip.Prefix{},
 		changed:      map[ServiceName]bool{},
 		errs:         map[objectKey]error{},
+		dirty:        map[ServiceName]bool{},
 	}
 }
 
@@ -182,30 +192,24 @@ func (t *Tracker) State() *ClusterState {
 	return t.state()
 }
 
-// TakeState is State and TakeChanged at one instant: the returned Services are
-// exactly those that may differ between the state the previous TakeState returned
-// and this one, so that what is kept per Service can be updated by a diff.
-func (t *Tracker) TakeState() (*ClusterState, map[ServiceName]bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	changed := t.changed
-	t.changed = map[ServiceName]bool{}
-	return t.state(), changed
-}
-
 // state is State with t.mu held.
 func (t *Tracker) state() *ClusterState {
 	if t.snapshot == nil {
-		// Copying the top-level maps is enough: Services, slices, their inner maps
-		// and the Node are replaced on change, never modified in place.
-		t.snapshot = &ClusterState{
-			Node:         t.node,
-			Services:     maps.Clone(t.services),
-			Slices:       maps.Clone(t.slices),
-			ServiceCIDRs: t.cidrUnion, // replaced on change, never modified
-		}
+		t.snapshot = t.copyState()
 	}
 	return t.snapshot
+}
+
+// copyState returns a new ClusterState of the Tracker's current state. Copying
+// the top-level maps is enough: Services, slices, their inner maps and the Node
+// are replaced on change, never modified in place.
+func (t *Tracker) copyState() *ClusterState {
+	return &ClusterState{
+		Node:         t.node,
+		Services:     maps.Clone(t.services),
+		Slices:       maps.Clone(t.slices),
+		ServiceCIDRs: t.cidrUnion, // replaced on change, never modified
+	}
 }
 
 // TakeChanged returns the Services whose Service or EndpointSlices changed since the
@@ -275,17 +279,27 @@ func (t *Tracker) setNode(n Node) {
 		return
 	}
 	t.node = n
-	t.snapshot = nil
+	t.invalidate()
 	for name := range t.services {
 		t.changed[name] = true
+		t.dirty[name] = true
 	}
 	for name := range t.slices {
 		t.changed[name] = true
+		t.dirty[name] = true
 	}
 }
 
 // touch marks a Service changed and drops the snapshot.
 func (t *Tracker) touch(name ServiceName) {
 	t.changed[name] = true
+	t.dirty[name] = true
+	t.invalidate()
+}
+
+// invalidate records a change of the state: State's snapshot is dropped and the
+// next TakeState reports the state modified.
+func (t *Tracker) invalidate() {
 	t.snapshot = nil
+	t.modified = true
 }

@@ -434,7 +434,8 @@ func TestTrackerTakeStateNamesEveryDifference(t *testing.T) {
 			finished = true // one more take after the last change
 		default:
 		}
-		cur, changed := tr.TakeState()
+		tk := tr.TakeState() // not released: prev stays as it was
+		cur, changed := tk.State, tk.Changed
 		for name, svc := range cur.Services {
 			if prev.Services[name] != svc && !changed[name] {
 				t.Fatalf("Service %s changed between two takes, not named changed", name)
