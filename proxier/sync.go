@@ -135,7 +135,7 @@ func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state
 		return res, err
 	}
 	s.Seal() // the Builder's ruleset need not share the heap with this one
-	rs, _ := p.builders[fam].Update(st, nil)
+	rs := p.builders[fam].Index(st)
 	p.built[fam] = true
 	adopt, err := s.Sync(ctx, rs)
 	res.Operations += adopt.Operations

@@ -63,13 +63,12 @@ func AffinityMoves(desired *ruleset.Ruleset, delta *Delta) []AffinityMove {
 			}
 			var s slot
 			if ch.Old != nil {
-				s.old = strings.Join(ch.Old.Value, " . ")
-				keys[g] = ch.Old.Key
+				s.old = ch.Old.Data
 			}
 			if ch.New != nil {
-				s.new = strings.Join(ch.New.Value, " . ")
-				keys[g] = ch.New.Key
+				s.new = ch.New.Data
 			}
+			keys[g] = ruleset.SplitFields(nil, k)
 			groups[g][idx] = s
 		}
 	}

@@ -35,10 +35,16 @@ type Builder struct {
 	svcs map[state.ServiceName]*owner
 	// dispatch owns the dispatch chains, derived from the merged class sets.
 	dispatch *owner
-	// The index of every object of the table, by kind (elements by container): the
-	// owners of each and their versions of it.
+	// The index of the chains, sets and maps of the table, by kind: the owners of
+	// each and their versions of it; and that of the elements, by set or map
+	// (elements.go), also by number.
 	chains, sets, maps *objTable
-	elems              map[string]*objTable
+	elems              map[string]*elemTable
+	elemTabs           []*elemTable
+	// owners holds every owner by number (nil for a free number); free lists the
+	// free numbers.
+	owners []*owner
+	free   []int32
 	// claims holds the claimants of each frontend key, best first.
 	claims map[string]*claimSet
 	// keyBuf is scratch space to spell frontend keys; snaps lists the owners of the
@@ -51,8 +57,11 @@ type Builder struct {
 	fresh bool
 	// touched lists the objects the current Update touched, with their effective
 	// version before it; dirty the Services whose frontend ownership it changed.
-	touched []touch
-	dirty   map[state.ServiceName]bool
+	// elemTouches and touchedElems do the same for elements.
+	touched      []touch
+	elemTouches  []elemTouch
+	touchedElems map[elemRef]struct{}
+	dirty        map[state.ServiceName]bool
 }
 
 // owner is the owner of a fragment: the node ("", first of all) or a Service
@@ -60,22 +69,20 @@ type Builder struct {
 // first one's version of it is the effective one.
 type owner struct {
 	name string
-	// objs are the objects of the owner's fragment.
-	objs []*entry
+	// id is the owner's number, which the element index holds.
+	id int32
+	// objs are the chains, sets and maps of the owner's fragment, elems its
+	// elements.
+	objs  []*entry
+	elems []elemRef
 	// claims are the frontend keys the Service claims.
 	claims []*claimSet
 }
 
-// objTable indexes the objects of one kind (elements: of one set or map) by name
-// (elements: by ElementKey).
+// objTable indexes the chains, sets or maps by name.
 type objTable struct {
-	kind objKind
-	// name is the set or map of elements.
-	name    string
+	kind    objKind
 	entries map[string]*entry
-	// out is the container's element map in the merged Ruleset (nil while it has
-	// no element).
-	out map[string]*knftables.Element
 }
 
 // entry is one object of the table and the owners that have it.
@@ -103,7 +110,6 @@ const (
 	kindChain objKind = iota
 	kindSet
 	kindMap
-	kindElement
 )
 
 // claimSet holds the claimants of one frontend key, best first.
@@ -133,7 +139,7 @@ func NewBuilder(cfg ruleset.Config, family knftables.Family) *Builder {
 		chains: &objTable{kind: kindChain, entries: map[string]*entry{}},
 		sets:   &objTable{kind: kindSet, entries: map[string]*entry{}},
 		maps:   &objTable{kind: kindMap, entries: map[string]*entry{}},
-		elems:  map[string]*objTable{},
+		elems:  map[string]*elemTable{},
 		claims: map[string]*claimSet{},
 	}
 }
@@ -143,11 +149,32 @@ func NewBuilder(cfg ruleset.Config, family knftables.Family) *Builder {
 // and what changed. The Ruleset is the Builder's own: it stays valid, and changes,
 // with later Updates; callers must not modify it.
 func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]bool) (*ruleset.Ruleset, *Delta) {
+	b.advance(st, changed)
+	d := b.delta()
+	b.fresh = false
+	return b.rs, d
+}
+
+// Index is the first Update, of every Service of st, without the Delta, which
+// would list the whole ruleset: for a caller that has written that ruleset already
+// (from ruleset.Build, which gives the same). It returns the Builder's ruleset, as
+// Update does. Later Updates report their Deltas as usual. On a Builder updated
+// before, Index is Update(st, nil) with its Delta dropped.
+func (b *Builder) Index(st *state.ClusterState) *ruleset.Ruleset {
+	b.advance(st, nil)
+	if !b.fresh {
+		b.delta() // clears what the Update recorded
+	}
+	b.fresh = false
+	return b.rs
+}
+
+// advance is Update without the Delta, which b.touched, b.elemTouches and b.fresh
+// leave to b.delta.
+func (b *Builder) advance(st *state.ClusterState, changed map[state.ServiceName]bool) {
 	if b.base == nil && changed == nil && b.populate(st) {
 		b.settleDispatch()
-		d := b.delta()
-		b.fresh = false
-		return b.rs, d
+		return
 	}
 	b.fresh = b.base == nil
 	b.touched = b.touched[:0]
@@ -156,7 +183,7 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 
 	b.node = st.Node
 	if b.base == nil {
-		b.base = &owner{}
+		b.base = b.newOwner("")
 	}
 	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st))
 
@@ -191,16 +218,13 @@ func (b *Builder) Update(st *state.ClusterState, changed map[state.ServiceName]b
 	}
 	b.dirty = nil
 	b.settleDispatch()
-	d := b.delta()
-	b.fresh = false
-	return b.rs, d
 }
 
 // settleDispatch brings the dispatch chains in line with the class sets the
 // fragments left in the ruleset.
 func (b *Builder) settleDispatch() {
 	if b.dispatch == nil {
-		b.dispatch = &owner{}
+		b.dispatch = b.newOwner("")
 	}
 	b.replace(b.dispatch, ruleset.DispatchChainsOf(b.rs))
 }
@@ -211,7 +235,7 @@ func (b *Builder) settleDispatch() {
 func (b *Builder) rebuild(st *state.ClusterState, n state.ServiceName) {
 	o := b.svcs[n]
 	if o == nil {
-		o = &owner{name: n.String()}
+		o = b.newOwner(n.String())
 	}
 	b.snaps = b.snaps[:0]
 	for _, set := range o.claims {
@@ -255,6 +279,7 @@ func (b *Builder) rebuild(st *state.ClusterState, n state.ServiceName) {
 	b.replace(o, frag)
 	if frag == nil {
 		delete(b.svcs, n)
+		b.freeOwner(o)
 	} else {
 		b.svcs[n] = o
 	}
@@ -304,15 +329,35 @@ func appendKey(buf []byte, key []string) []byte {
 	return buf
 }
 
+// newOwner returns a new owner named name, numbered.
+func (b *Builder) newOwner(name string) *owner {
+	o := &owner{name: name}
+	if n := len(b.free); n > 0 {
+		o.id, b.free = b.free[n-1], b.free[:n-1]
+		b.owners[o.id] = o
+	} else {
+		o.id = int32(len(b.owners))
+		b.owners = append(b.owners, o)
+	}
+	return o
+}
+
+// freeOwner frees the number of o, which owns nothing any more.
+func (b *Builder) freeOwner(o *owner) {
+	b.owners[o.id] = nil
+	b.free = append(b.free, o.id)
+}
+
 // replace makes frag (nil for none) the fragment of o: the objects of both its old
 // fragment and frag take o's new version, the others are owned or disowned.
 func (b *Builder) replace(o *owner, frag *ruleset.Ruleset) {
+	b.replaceElems(o, frag)
 	for _, e := range o.objs {
 		e.inOld = true
 	}
 	var objs []*entry
 	if frag != nil {
-		objs = make([]*entry, 0, numDefs(frag))
+		objs = make([]*entry, 0, len(frag.Chains)+len(frag.Sets)+len(frag.Maps))
 		keep := func(t *objTable, name string, v any) {
 			e := t.entries[name]
 			if e == nil {
@@ -336,12 +381,6 @@ func (b *Builder) replace(o *owner, frag *ruleset.Ruleset) {
 		for n, m := range frag.Maps {
 			keep(b.maps, n, m)
 		}
-		for c, es := range frag.Elements {
-			t := b.elemTable(c)
-			for k, e := range es {
-				keep(t, k, e)
-			}
-		}
 	}
 	for _, e := range o.objs {
 		if e.inOld {
@@ -350,15 +389,6 @@ func (b *Builder) replace(o *owner, frag *ruleset.Ruleset) {
 		}
 	}
 	o.objs = objs
-}
-
-func (b *Builder) elemTable(c string) *objTable {
-	t := b.elems[c]
-	if t == nil {
-		t = &objTable{kind: kindElement, name: c, entries: map[string]*entry{}}
-		b.elems[c] = t
-	}
-	return t
 }
 
 // touch records the effective version of e before the current Update changes it.
@@ -459,22 +489,6 @@ func (b *Builder) setEffective(e *entry) {
 		} else {
 			b.rs.Maps[e.name] = e.val.(*knftables.Map)
 		}
-	case kindElement:
-		if e.first == nil {
-			if t.out != nil {
-				delete(t.out, e.name)
-				if len(t.out) == 0 {
-					delete(b.rs.Elements, t.name)
-					t.out = nil
-				}
-			}
-			return
-		}
-		if t.out == nil {
-			t.out = map[string]*knftables.Element{}
-			b.rs.Elements[t.name] = t.out
-		}
-		t.out[e.name] = e.val.(*knftables.Element)
 	}
 }
 
@@ -511,15 +525,6 @@ func (b *Builder) delta() *Delta {
 			if o == nil || n == nil || !ruleset.SameMap(o, n) {
 				d.Maps[e.name] = Change[*knftables.Map]{o, n}
 			}
-		case kindElement:
-			o, n := asPtr[knftables.Element](old), asPtr[knftables.Element](cur)
-			if o == nil || n == nil || !ruleset.SameElement(o, n) {
-				c := e.tab.name
-				if d.Elements[c] == nil {
-					d.Elements[c] = map[string]Change[*knftables.Element]{}
-				}
-				d.Elements[c][e.name] = Change[*knftables.Element]{o, n}
-			}
 		}
 	}
 	clear(b.touched)
@@ -527,14 +532,6 @@ func (b *Builder) delta() *Delta {
 	if cap(b.touched) > 1<<12 {
 		b.touched = nil // after an Update of everything: do not keep its size
 	}
+	b.elemDelta(d)
 	return d
-}
-
-// numDefs returns the number of chains, sets, maps and elements of r (rules aside).
-func numDefs(r *ruleset.Ruleset) int {
-	n := len(r.Chains) + len(r.Sets) + len(r.Maps)
-	for _, es := range r.Elements {
-		n += len(es)
-	}
-	return n
 }

@@ -19,7 +19,7 @@ type Delta struct {
 	Chains   map[string]Change[*ruleset.Chain]
 	Sets     map[string]Change[*knftables.Set]
 	Maps     map[string]Change[*knftables.Map]
-	Elements map[string]map[string]Change[*knftables.Element]
+	Elements map[string]map[string]Change[*ruleset.Elem]
 }
 
 // NewDelta returns an empty Delta.
@@ -28,7 +28,7 @@ func NewDelta() *Delta {
 		Chains:   map[string]Change[*ruleset.Chain]{},
 		Sets:     map[string]Change[*knftables.Set]{},
 		Maps:     map[string]Change[*knftables.Map]{},
-		Elements: map[string]map[string]Change[*knftables.Element]{},
+		Elements: map[string]map[string]Change[*ruleset.Elem]{},
 	}
 }
 
@@ -52,8 +52,8 @@ func Diff(old, desired *ruleset.Ruleset) *Delta {
 	diffMaps(old.Sets, desired.Sets, d.Sets, ruleset.SameSet)
 	diffMaps(old.Maps, desired.Maps, d.Maps, ruleset.SameMap)
 	for _, c := range unionKeys(old.Elements, desired.Elements) {
-		m := map[string]Change[*knftables.Element]{}
-		diffMaps(old.Elements[c], desired.Elements[c], m, ruleset.SameElement)
+		m := map[string]Change[*ruleset.Elem]{}
+		diffElems(old.Elements[c], desired.Elements[c], m)
 		if len(m) > 0 {
 			d.Elements[c] = m
 		}
@@ -73,6 +73,21 @@ func diffMaps[T comparable](old, desired map[string]T, out map[string]Change[T],
 	for k, n := range desired {
 		if _, ok := old[k]; !ok {
 			out[k] = Change[T]{Old: zero, New: n}
+		}
+	}
+}
+
+func diffElems(old, desired map[string]ruleset.Elem, out map[string]Change[*ruleset.Elem]) {
+	for k, o := range old {
+		if n, ok := desired[k]; !ok {
+			out[k] = Change[*ruleset.Elem]{Old: &o}
+		} else if o != n {
+			out[k] = Change[*ruleset.Elem]{Old: &o, New: &n}
+		}
+	}
+	for k, n := range desired {
+		if _, ok := old[k]; !ok {
+			out[k] = Change[*ruleset.Elem]{New: &n}
 		}
 	}
 }
@@ -97,7 +112,7 @@ func wholeDelta(r *ruleset.Ruleset) *Delta {
 		Chains:   make(map[string]Change[*ruleset.Chain], len(r.Chains)),
 		Sets:     make(map[string]Change[*knftables.Set], len(r.Sets)),
 		Maps:     make(map[string]Change[*knftables.Map], len(r.Maps)),
-		Elements: make(map[string]map[string]Change[*knftables.Element], len(r.Elements)),
+		Elements: make(map[string]map[string]Change[*ruleset.Elem], len(r.Elements)),
 	}
 	for n, c := range r.Chains {
 		d.Chains[n] = Change[*ruleset.Chain]{New: c}
@@ -109,9 +124,11 @@ func wholeDelta(r *ruleset.Ruleset) *Delta {
 		d.Maps[n] = Change[*knftables.Map]{New: m}
 	}
 	for c, es := range r.Elements {
-		m := make(map[string]Change[*knftables.Element], len(es))
+		m := make(map[string]Change[*ruleset.Elem], len(es))
+		vals := make([]ruleset.Elem, 0, len(es))
 		for k, e := range es {
-			m[k] = Change[*knftables.Element]{New: e}
+			vals = append(vals, e)
+			m[k] = Change[*ruleset.Elem]{New: &vals[len(vals)-1]}
 		}
 		d.Elements[c] = m
 	}

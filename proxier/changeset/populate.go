@@ -14,7 +14,7 @@ func (b *Builder) populate(st *state.ClusterState) bool {
 	b.fresh = true
 	b.rs.Comment = ruleset.TableComment
 	b.node = st.Node
-	b.base = &owner{}
+	b.base = b.newOwner("")
 	b.replace(b.base, ruleset.BuildBase(b.cfg, b.family, st))
 
 	svcs := ruleset.SortedServices(st)
@@ -22,11 +22,12 @@ func (b *Builder) populate(st *state.ClusterState) bool {
 	b.svcs = make(map[state.ServiceName]*owner, len(svcs))
 	b.claims = make(map[string]*claimSet, len(svcs))
 	for _, svc := range svcs {
-		b.svcs[svc.Name] = &owner{name: svc.Name.String()}
+		b.svcs[svc.Name] = b.newOwner(svc.Name.String())
 	}
 	sizer := ruleset.NewSizer(len(svcs))
 	ok := ruleset.BuildFragments(b.cfg, b.family, st, svcs, t, func(_ int, f *ruleset.Fragment) {
 		if f.Objects == nil {
+			b.freeOwner(b.svcs[f.Service.Name])
 			delete(b.svcs, f.Service.Name)
 		} else {
 			b.replace(b.svcs[f.Service.Name], f.Objects)

@@ -234,7 +234,7 @@ func refForEachObject(r *ruleset.Ruleset, fn func(refObjKey, any)) {
 	}
 	for c, es := range r.Elements {
 		for k, e := range es {
-			fn(refObjKey{kind: refKindElement, container: c, name: k}, e)
+			fn(refObjKey{kind: refKindElement, container: c, name: k}, &e)
 		}
 	}
 }
@@ -314,7 +314,7 @@ func (b *refBuilder) setEffective(k refObjKey, v any) {
 				}
 			}
 		} else {
-			b.rs.AddElement(v.(*knftables.Element))
+			b.rs.AddElement(k.container, k.name, *v.(*ruleset.Elem))
 		}
 	}
 }
@@ -349,12 +349,12 @@ func (b *refBuilder) delta() *Delta {
 				d.Maps[k.name] = Change[*knftables.Map]{o, n}
 			}
 		case refKindElement:
-			o, n := refAsPtr[knftables.Element](old), refAsPtr[knftables.Element](cur)
-			if o == nil || n == nil || !reflect.DeepEqual(o, n) {
+			o, n := refAsPtr[ruleset.Elem](old), refAsPtr[ruleset.Elem](cur)
+			if o == nil || n == nil || *o != *n {
 				if d.Elements[k.container] == nil {
-					d.Elements[k.container] = map[string]Change[*knftables.Element]{}
+					d.Elements[k.container] = map[string]Change[*ruleset.Elem]{}
 				}
-				d.Elements[k.container][k.name] = Change[*knftables.Element]{o, n}
+				d.Elements[k.container][k.name] = Change[*ruleset.Elem]{o, n}
 			}
 		}
 	}

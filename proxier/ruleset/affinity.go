@@ -1,7 +1,6 @@
 package ruleset
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,13 +40,10 @@ const affinitySize = 1 << 20
 func (b *layout) affinityChain(sp *servicePort, k *frontendKind, key []string, eps []state.Endpoint, local bool) string {
 	secs := strconv.FormatInt(int64(affinityTimeout(sp.svc.AffinityTimeout)/time.Second), 10)
 	branches := make([]string, len(eps))
+	keyText := JoinFields(key)
 	for i, e := range eps {
 		m := b.affinityBackends(k, i, local, secs)
-		b.rs.AddElement(&knftables.Element{
-			Map:   AffinityMapPrefix + b.backendsName(k, i, local),
-			Key:   slices.Clone(key),
-			Value: []string{addrString(e.Address), itoa(e.Port)},
-		})
+		b.rs.AddElement(AffinityMapPrefix+b.backendsName(k, i, local), keyText, Elem{Data: endpointValue(e)})
 		branches[i] = m
 	}
 	name := AffinityMapPrefix + b.dnatName(k, len(eps), local) + "-" + secs
@@ -125,7 +121,7 @@ func affinityTimeout(d time.Duration) time.Duration {
 func (r *Ruleset) AffinitySeconds(frontend string, nodePort bool) string {
 	for set, es := range r.Elements {
 		c, verdict, ok := ClassOf(set)
-		if !ok || dispatchChains[c].byAddress == nodePort || es[frontend] == nil {
+		if _, has := es[frontend]; !ok || dispatchChains[c].byAddress == nodePort || !has {
 			continue
 		}
 		chain, ok := strings.CutPrefix(verdict, "goto "+AffinityMapPrefix)
@@ -143,8 +139,8 @@ func (r *Ruleset) AffinitySeconds(frontend string, nodePort bool) string {
 // changeset.AffinityMove.Matches.
 func (r *Ruleset) NodePortIPs() map[string]bool {
 	out := map[string]bool{}
-	for _, e := range r.Elements[SetNodePortIPs] {
-		out[ElementKey(e)] = true
+	for k := range r.Elements[SetNodePortIPs] {
+		out[k] = true
 	}
 	return out
 }

@@ -128,7 +128,7 @@ func (b *layout) addNodePortIPs() {
 		if restricted && a != primary && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
 			continue
 		}
-		b.rs.AddElement(&knftables.Element{Set: SetNodePortIPs, Key: []string{addrString(a)}})
+		b.rs.AddElement(SetNodePortIPs, addrString(a), Elem{})
 	}
 }
 
@@ -156,7 +156,7 @@ func (b *layout) claim(key []string, id string) bool {
 // per port, its frontends.
 func (b *layout) addService(st *state.ClusterState, svc *state.Service) {
 	for _, a := range b.fam.addrs(svc.ClusterIPs) {
-		b.rs.AddElement(&knftables.Element{Set: SetClusterIPs, Key: []string{addrString(a)}})
+		b.rs.AddElement(SetClusterIPs, addrString(a), Elem{})
 	}
 	for _, p := range svc.Ports {
 		eps := b.familyEndpoints(st.Endpoints(svc, p))
@@ -194,7 +194,7 @@ func (b *layout) addHairpin(sp *servicePort) {
 	for _, eps := range [][]state.Endpoint{sp.sel.Cluster, sp.sel.Local} {
 		for _, e := range eps {
 			a := addrString(e.Address)
-			b.rs.AddElement(&knftables.Element{Set: SetHairpin, Key: []string{a, a}})
+			b.rs.AddElement(SetHairpin, a+" . "+a, Elem{})
 		}
 	}
 }

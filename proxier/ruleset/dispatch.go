@@ -117,7 +117,7 @@ func (b *layout) addNodePortFrontend(sp *servicePort) {
 // etp-local map by where the traffic comes from.
 func (b *layout) addExternalFrontend(sp *servicePort, k *frontendKind, key []string) {
 	if !sp.svc.ExternalPolicyLocal {
-		b.rs.AddElement(&knftables.Element{Set: k.masq, Key: slices.Clone(key)})
+		b.rs.AddElement(k.masq, JoinFields(key), Elem{})
 		b.route(sp, k, k.dispatch, key, sp.sel.Cluster, false)
 		return
 	}
@@ -165,14 +165,16 @@ func (b *layout) dispatchVerdict(sp *servicePort, k *frontendKind, key []string,
 	if sp.svc.AffinityTimeout > 0 {
 		return "goto " + b.affinityChain(sp, k, key, eps, local)
 	}
+	keyText := JoinFields(key)
 	for i, e := range eps {
-		b.rs.AddElement(&knftables.Element{
-			Map:   b.pickChain(k, i, local),
-			Key:   slices.Clone(key),
-			Value: []string{addrString(e.Address), itoa(e.Port)},
-		})
+		b.rs.AddElement(b.pickChain(k, i, local), keyText, Elem{Data: endpointValue(e)})
 	}
 	return "goto " + b.dnatChain(k, len(eps), local)
+}
+
+// endpointValue returns the value of endpoint e in a backends map: address . port.
+func endpointValue(e state.Endpoint) string {
+	return addrString(e.Address) + " . " + itoa(e.Port)
 }
 
 // dnatName returns the name of the dnat chain of kind k for n endpoints.
@@ -279,7 +281,7 @@ func (b *layout) dispatchElement(c string, key []string, verdict string, sp *ser
 			return &knftables.Set{Name: name, Type: b.keyType(dispatchChains[c])}
 		})
 	}
-	b.rs.AddElement(&knftables.Element{Set: name, Key: slices.Clone(key), Comment: elementComment(sp.id)})
+	b.rs.AddElement(name, JoinFields(key), Elem{Data: elementComment(sp.id)})
 }
 
 // dispatchChains are the dispatch chains, with the kind of frontend each dispatches.

@@ -24,9 +24,6 @@ func EqualObjects(a, b any) bool {
 	case *Chain:
 		y, ok := b.(*Chain)
 		return ok && equalChain(x, y)
-	case *knftables.Element:
-		y, ok := b.(*knftables.Element)
-		return ok && equalElement(x, y)
 	case *knftables.Set:
 		y, ok := b.(*knftables.Set)
 		return ok && equalSet(x, y)
@@ -78,17 +75,8 @@ func equalRule(a, b *knftables.Rule) bool {
 	return x == y
 }
 
-// knftables.Element, Set and Map hold slices, which == cannot compare: their
+// knftables.Set and Map hold slices, which == cannot compare: their
 // fields are listed one by one, and TestEqualKnowsEveryField checks the list.
-
-func equalElement(a, b *knftables.Element) bool {
-	if a == b {
-		return true
-	}
-	return a != nil && b != nil &&
-		a.Family == b.Family && a.Table == b.Table && a.Set == b.Set && a.Map == b.Map &&
-		sliceEqual(a.Key, b.Key) && sliceEqual(a.Value, b.Value) && ptrEqual(a.Comment, b.Comment)
-}
 
 func equalSet(a, b *knftables.Set) bool {
 	if a == b {
@@ -142,7 +130,8 @@ func SameSet(a, b *knftables.Set) bool { return equalSet(a, b) || reflect.DeepEq
 // SameMap reports whether two versions of a map are deeply equal.
 func SameMap(a, b *knftables.Map) bool { return equalMap(a, b) || reflect.DeepEqual(a, b) }
 
-// SameElement reports whether two versions of an element are deeply equal.
-func SameElement(a, b *knftables.Element) bool {
-	return equalElement(a, b) || reflect.DeepEqual(a, b)
+// SameElement reports whether two versions of an element (nil for none) are
+// equal.
+func SameElement(a, b *Elem) bool {
+	return a == b || (a != nil && b != nil && *a == *b)
 }

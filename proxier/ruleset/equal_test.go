@@ -8,13 +8,13 @@ import (
 	"sigs.k8s.io/knftables"
 )
 
-// TestEqualKnowsEveryField guards equalElement, equalSet and equalMap, which list
+// TestEqualKnowsEveryField guards equalSet and equalMap, which list
 // the fields of the knftables types: a new field must be added to them.
 func TestEqualKnowsEveryField(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want int
-	}{{knftables.Element{}, 7}, {knftables.Set{}, 13}, {knftables.Map{}, 12}} {
+	}{{knftables.Set{}, 13}, {knftables.Map{}, 12}} {
 		if n := reflect.TypeOf(c.v).NumField(); n != c.want {
 			t.Errorf("%T has %d fields, equal.go compares %d", c.v, n, c.want)
 		}
@@ -37,17 +37,10 @@ func TestEqualMatchesDeepEqual(t *testing.T) {
 		for _, m := range rs.Maps {
 			objs = append(objs, m)
 		}
-		for _, es := range rs.Elements {
-			for _, e := range es {
-				objs = append(objs, e)
-			}
-		}
 	}
 	// Variants that differ in one field each.
 	s := "x"
 	objs = append(objs,
-		&knftables.Element{Set: "a", Key: []string{}}, &knftables.Element{Set: "a"},
-		&knftables.Element{Set: "a", Comment: &s}, &knftables.Element{Set: "a", Value: []string{"x"}},
 		&Chain{Chain: knftables.Chain{Name: "c"}}, &Chain{Chain: knftables.Chain{Name: "c"}, Rules: []*knftables.Rule{}},
 		&Chain{Chain: knftables.Chain{Name: "c", Comment: &s}},
 		&Chain{Chain: knftables.Chain{Name: "c"}, Rules: []*knftables.Rule{{Chain: "c", Rule: "drop"}}},

@@ -3,8 +3,6 @@ package ruleset
 import (
 	"net/netip"
 	"slices"
-
-	"sigs.k8s.io/knftables"
 )
 
 // addFirewall puts LoadBalancer frontend key of sp behind the source-range
@@ -16,9 +14,10 @@ import (
 // the other family would admit clients the user meant to keep out (kube-proxy,
 // which ignores the ranges of the other family, fails open here).
 func (b *layout) addFirewall(sp *servicePort, key []string) {
-	b.rs.AddElement(&knftables.Element{Set: SetFirewallIPs, Key: slices.Clone(key), Comment: elementComment(sp.id)})
+	keyText := JoinFields(key)
+	b.rs.AddElement(SetFirewallIPs, keyText, Elem{Data: elementComment(sp.id)})
 	for _, r := range b.allowedSources(sp.svc.SourceRanges, sp.svc.LoadBalancerIPs) {
-		b.rs.AddElement(&knftables.Element{Set: SetFirewallAllow, Key: append(slices.Clone(key), prefixString(r))})
+		b.rs.AddElement(SetFirewallAllow, keyText+" . "+prefixString(r), Elem{})
 	}
 }
 

@@ -138,7 +138,7 @@ func mergeFragment(rs, frag *Ruleset) {
 	for c, fes := range frag.Elements {
 		es := rs.Elements[c]
 		if es == nil {
-			es = make(map[string]*knftables.Element, len(fes))
+			es = make(map[string]Elem, len(fes))
 			rs.Elements[c] = es
 		}
 		for k, e := range fes {

@@ -20,9 +20,9 @@ func PortID(svc *state.Service, p state.ServicePort) string {
 }
 
 // elementComment returns id cut to the length nft accepts for a comment.
-func elementComment(id string) *string {
+func elementComment(id string) string {
 	if len(id) > knftables.CommentLengthMax {
 		id = id[:knftables.CommentLengthMax]
 	}
-	return &id
+	return id
 }

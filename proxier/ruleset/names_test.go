@@ -29,10 +29,10 @@ func TestPortID(t *testing.T) {
 }
 
 func TestElementComment(t *testing.T) {
-	if got := *elementComment("default/web/tcp/http"); got != "default/web/tcp/http" {
+	if got := elementComment("default/web/tcp/http"); got != "default/web/tcp/http" {
 		t.Errorf("elementComment kept %q", got)
 	}
-	if got := *elementComment(strings.Repeat("x", 200)); len(got) != knftables.CommentLengthMax {
+	if got := elementComment(strings.Repeat("x", 200)); len(got) != knftables.CommentLengthMax {
 		t.Errorf("elementComment of 200 characters has length %d, want %d", len(got), knftables.CommentLengthMax)
 	}
 }

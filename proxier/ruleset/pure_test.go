@@ -251,7 +251,7 @@ func TestHairpinHoldsEveryEndpoint(t *testing.T) {
 	fixture.AddSlice(st, svc, "web-1", fixture.Targets(svc, 8080), fixture.Endpoint("10.1.0.5", fixture.NodeName), fixture.Endpoint("10.2.0.6", "node-b"))
 	rs := Build(st, baseConfig(), knftables.IPv4Family)
 	for _, a := range []string{"10.1.0.5", "10.2.0.6"} {
-		if rs.Elements[SetHairpin][a+" . "+a] == nil {
+		if _, ok := rs.Elements[SetHairpin][a+" . "+a]; !ok {
 			t.Errorf("hairpin set lacks %s . %s", a, a)
 		}
 	}

@@ -5,6 +5,7 @@
 package ruleset
 
 import (
+	"iter"
 	"slices"
 	"strings"
 
@@ -28,8 +29,20 @@ type Ruleset struct {
 	Sets   map[string]*knftables.Set
 	Maps   map[string]*knftables.Map
 	// Elements holds the elements of each set and map, by container name and then by
-	// ElementKey of the element.
-	Elements map[string]map[string]*knftables.Element
+	// the nft text of the element's key (see ElementKey). Elements are stored by
+	// value: a large table has millions, and a knftables.Element each (with its key
+	// and value slices) would cost several times their text in memory and in the
+	// garbage collector's work. knftables.Element is made only where an element
+	// leaves the Ruleset (ElementObject).
+	Elements map[string]map[string]Elem
+}
+
+// Elem is an element of a set or map, stored under its key. Data is the nft text
+// of a map element's value ("10.0.0.5 . 8080"), or the comment of a set element
+// ("" for none): no map of this layout comments its elements, and no set has
+// values, so one field holds either.
+type Elem struct {
+	Data string
 }
 
 // New returns an empty Ruleset for the given family and table name.
@@ -40,12 +53,35 @@ func New(family knftables.Family, table string) *Ruleset {
 		Chains:   map[string]*Chain{},
 		Sets:     map[string]*knftables.Set{},
 		Maps:     map[string]*knftables.Map{},
-		Elements: map[string]map[string]*knftables.Element{},
+		Elements: map[string]map[string]Elem{},
 	}
 }
 
-// ElementKey is the identity of an element within its set or map.
-func ElementKey(e *knftables.Element) string { return strings.Join(e.Key, " . ") }
+// ElementKey is the identity of an element within its set or map: its key as nft
+// writes it, the fields joined by " . ".
+func ElementKey(e *knftables.Element) string { return JoinFields(e.Key) }
+
+// JoinFields joins the fields of a concatenation (a key or a value) as nft writes
+// them.
+func JoinFields(fields []string) string {
+	if len(fields) == 1 {
+		return fields[0]
+	}
+	return strings.Join(fields, " . ")
+}
+
+// SplitFields appends the fields of text (a key or a value as JoinFields wrote it)
+// to buf and returns it.
+func SplitFields(buf []string, text string) []string {
+	for {
+		i := strings.Index(text, " . ")
+		if i < 0 {
+			return append(buf, text)
+		}
+		buf = append(buf, text[:i])
+		text = text[i+3:]
+	}
+}
 
 // Container returns the name of the set or map an element belongs to.
 func Container(e *knftables.Element) string {
@@ -53,6 +89,67 @@ func Container(e *knftables.Element) string {
 		return e.Set
 	}
 	return e.Map
+}
+
+// ElemOf returns the stored form of e, whose container is a map when isMap.
+func ElemOf(e *knftables.Element, isMap bool) Elem {
+	if isMap {
+		return Elem{Data: JoinFields(e.Value)}
+	}
+	if e.Comment != nil {
+		return Elem{Data: *e.Comment}
+	}
+	return Elem{}
+}
+
+// ToElement returns the element of container cont (a map when isMap) with the key
+// text key, as knftables wants it, without family and table.
+func ToElement(cont string, isMap bool, key string, e Elem) *knftables.Element {
+	ke := &knftables.Element{}
+	fillElement(ke, cont, isMap, key, e)
+	return ke
+}
+
+// fillElement sets the container, key, value and comment of ke as ToElement does.
+func fillElement(ke *knftables.Element, cont string, isMap bool, key string, e Elem) {
+	ke.Key = SplitFields(make([]string, 0, 3), key)
+	if isMap {
+		ke.Map = cont
+		ke.Value = SplitFields(make([]string, 0, 2), e.Data)
+	} else {
+		ke.Set = cont
+		if e.Data != "" {
+			d := e.Data
+			ke.Comment = &d
+		}
+	}
+}
+
+// KnftElements returns the elements of r's set or map cont as knftables.Elements,
+// in no particular order, for a writer that encodes each as it comes. The element
+// yielded is the same one each time, filled anew: it is valid only until the next.
+func (r *Ruleset) KnftElements(cont string) iter.Seq[*knftables.Element] {
+	isMap := r.IsMap(cont)
+	return func(yield func(*knftables.Element) bool) {
+		var ke knftables.Element
+		var key, value [4]string
+		var comment string
+		for k, e := range r.Elements[cont] {
+			ke.Key = SplitFields(key[:0], k)
+			if isMap {
+				ke.Map, ke.Value = cont, SplitFields(value[:0], e.Data)
+			} else {
+				ke.Set, ke.Comment = cont, nil
+				if e.Data != "" {
+					comment = e.Data
+					ke.Comment = &comment
+				}
+			}
+			if !yield(&ke) {
+				return
+			}
+		}
+	}
 }
 
 // AddChain adds an empty chain (or returns the existing one of that name).
@@ -96,15 +193,30 @@ func (r *Ruleset) AddSet(s *knftables.Set) { r.Sets[s.Name] = s }
 // AddMap adds a map definition.
 func (r *Ruleset) AddMap(m *knftables.Map) { r.Maps[m.Name] = m }
 
-// AddElement adds (or replaces) an element of a set or map.
-func (r *Ruleset) AddElement(e *knftables.Element) {
-	c := Container(e)
-	es := r.Elements[c]
+// AddElement adds (or replaces) the element of set or map cont with the key text
+// key.
+func (r *Ruleset) AddElement(cont, key string, e Elem) {
+	es := r.Elements[cont]
 	if es == nil {
-		es = map[string]*knftables.Element{}
-		r.Elements[c] = es
+		es = map[string]Elem{}
+		r.Elements[cont] = es
 	}
-	es[ElementKey(e)] = e
+	es[key] = e
+}
+
+// AddKnftElement adds (or replaces) e, an element of a set or map of r: one read
+// back from a table, say. A map element's container must be among r's maps, or
+// e must have a value.
+func (r *Ruleset) AddKnftElement(e *knftables.Element) {
+	c := Container(e)
+	_, isMap := r.Maps[c]
+	r.AddElement(c, ElementKey(e), ElemOf(e, isMap || e.Map != ""))
+}
+
+// IsMap reports whether r's set or map cont is a map.
+func (r *Ruleset) IsMap(cont string) bool {
+	_, ok := r.Maps[cont]
+	return ok
 }
 
 // NumObjects returns the number of chains, rules, sets, maps and elements.
@@ -162,12 +274,14 @@ func (r *Ruleset) AddTo(tx interface{ Add(knftables.Object) }) {
 		n += len(es)
 	}
 	elems := make([]knftables.Element, 0, n)
-	var sorted []keyed[*knftables.Element]
+	var sorted []keyed[Elem]
 	for _, c := range SortedKeys(r.Elements) {
+		isMap := r.IsMap(c)
 		sorted = sortedEntries(r.Elements[c], sorted[:0])
 		for _, ke := range sorted {
-			elems = append(elems, *ke.v)
+			elems = append(elems, knftables.Element{})
 			e := &elems[len(elems)-1]
+			fillElement(e, c, isMap, ke.k, ke.v)
 			e.Family, e.Table = r.Family, r.Table
 			tx.Add(e)
 		}
@@ -226,14 +340,13 @@ func (r *Ruleset) RuleObject(chain string, rule *knftables.Rule) *knftables.Rule
 	return &kr
 }
 
-func (r *Ruleset) element(e *knftables.Element) *knftables.Element {
-	c := *e
-	c.Family, c.Table = r.Family, r.Table
-	return &c
+// ElementObject returns the element of cont with the key text key, qualified
+// with the ruleset's family and table; cont is a map when isMap.
+func (r *Ruleset) ElementObject(cont string, isMap bool, key string, e Elem) *knftables.Element {
+	ke := ToElement(cont, isMap, key, e)
+	ke.Family, ke.Table = r.Family, r.Table
+	return ke
 }
-
-// ElementObject returns e qualified with the ruleset's family and table.
-func (r *Ruleset) ElementObject(e *knftables.Element) *knftables.Element { return r.element(e) }
 
 // SortedKeys returns the keys of m in order.
 func SortedKeys[V any](m map[string]V) []string {

@@ -111,10 +111,10 @@ func (s *Syncer) kernelAffinityMoves(ctx context.Context, desired *ruleset.Rules
 		}
 		for _, e := range elems {
 			e.Map, e.Set = name, ""
-			old.AddElement(e)
+			old.AddKnftElement(e)
 		}
-		for _, e := range desired.Elements[name] {
-			want.AddElement(e)
+		for k, e := range desired.Elements[name] {
+			want.AddElement(name, k, e)
 		}
 	}
 	return changeset.AffinityMoves(desired, changeset.Diff(old, want)), nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -93,7 +92,10 @@ func dualCluster(n int) *state.ClusterState {
 
 // sortedElements returns the elements of container name of rs, ordered by key.
 func sortedElements(rs *ruleset.Ruleset, name string) []*knftables.Element {
-	es := slices.Collect(maps.Values(rs.Elements[name]))
+	var es []*knftables.Element
+	for k, e := range rs.Elements[name] {
+		es = append(es, ruleset.ToElement(name, rs.IsMap(name), k, e))
+	}
 	slices.SortFunc(es, func(a, b *knftables.Element) int {
 		return strings.Compare(ruleset.ElementKey(a), ruleset.ElementKey(b))
 	})

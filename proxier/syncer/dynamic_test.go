@@ -23,7 +23,7 @@ func dynamicRuleset(to time.Duration) *ruleset.Ruleset {
 	rs.AddSet(&knftables.Set{Name: "aff", Type: "ipv4_addr",
 		Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag}, Timeout: &to})
 	rs.AddSet(&knftables.Set{Name: "static", Type: "ipv4_addr"})
-	rs.AddElement(&knftables.Element{Set: "static", Key: []string{"10.9.9.9"}})
+	rs.AddKnftElement(&knftables.Element{Set: "static", Key: []string{"10.9.9.9"}})
 	rs.AddChain(knftables.Chain{Name: "svc"})
 	rs.AddRule("svc", "update @aff { ip saddr }")
 	return rs

@@ -158,7 +158,7 @@ func checkKernelElements(t *testing.T, nft knftables.Interface, rs *ruleset.Rule
 	}
 	check := func(kind, name string) {
 		var want []string
-		for _, e := range rs.Elements[name] {
+		for e := range rs.KnftElements(name) {
 			want = append(want, render(e))
 		}
 		want = append(want, extra[name]...)

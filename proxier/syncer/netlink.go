@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"maps"
 	"runtime"
 	"strings"
 	"sync"
@@ -95,8 +94,7 @@ type elementOps struct {
 func fullOps(rs *ruleset.Ruleset, conts []*container) []elementOps {
 	ops := make([]elementOps, len(conts))
 	for i, c := range conts {
-		es := rs.Elements[c.name]
-		ops[i] = elementOps{c: c, flush: true, add: maps.Values(es), n: len(es)}
+		ops[i] = elementOps{c: c, flush: true, add: rs.KnftElements(c.name), n: len(rs.Elements[c.name])}
 	}
 	return ops
 }

@@ -168,10 +168,10 @@ func TestKernelNetlinkIPv6(t *testing.T) {
 	rs.AddMap(&knftables.Map{Name: "backends", Type: "ipv6_addr . inet_proto . inet_service : ipv6_addr . inet_service"})
 	for i := range 300 {
 		vip, ep := fmt.Sprintf("fd00:30::%x", i), fmt.Sprintf("fd00:1:%x::5", i)
-		rs.AddElement(&knftables.Element{Set: "ips", Key: []string{vip, "udp", "53"}, Comment: knftables.PtrTo(fmt.Sprintf("ns/svc-%d/udp/dns", i))})
-		rs.AddElement(&knftables.Element{Set: "hairpin", Key: []string{ep, ep}})
-		rs.AddElement(&knftables.Element{Set: "ports", Key: []string{"sctp", fmt.Sprint(30000 + i)}})
-		rs.AddElement(&knftables.Element{Map: "backends", Key: []string{vip, "udp", "53"}, Value: []string{ep, "5353"}})
+		rs.AddKnftElement(&knftables.Element{Set: "ips", Key: []string{vip, "udp", "53"}, Comment: knftables.PtrTo(fmt.Sprintf("ns/svc-%d/udp/dns", i))})
+		rs.AddKnftElement(&knftables.Element{Set: "hairpin", Key: []string{ep, ep}})
+		rs.AddKnftElement(&knftables.Element{Set: "ports", Key: []string{"sctp", fmt.Sprint(30000 + i)}})
+		rs.AddKnftElement(&knftables.Element{Map: "backends", Key: []string{vip, "udp", "53"}, Value: []string{ep, "5353"}})
 	}
 	ns, _, s := netlinkSyncer(t, "nl6", knftables.IPv6Family)
 	if res, err := s.Sync(ctx, rs); err != nil || res.NetlinkElements != 1200 {
@@ -302,7 +302,7 @@ func TestKernelNetlinkError(t *testing.T) {
 	conts := netlinkContainers(rs)
 	ghost := &container{name: "no-such-set", key: conts[0].key}
 	rs2 := ruleset.Build(cluster(20), testConfig, knftables.IPv4Family)
-	rs2.Elements[ghost.name] = map[string]*knftables.Element{"x": {Set: ghost.name, Key: []string{"10.0.0.1"}}}
+	rs2.Elements[ghost.name] = map[string]ruleset.Elem{"10.0.0.1": {}}
 	ghost.key, _ = nftdata.ParseLayout("ipv4_addr")
 	err := writeElements(ctx, rs2, fullOps(rs2, append(conts, ghost)), KernelNetlink(ns.Do), nil)
 	if !errors.Is(err, syscall.ENOENT) || !strings.Contains(err.Error(), "no-such-set") {

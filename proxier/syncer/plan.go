@@ -200,7 +200,7 @@ func addAll(p *Plan, rs *ruleset.Ruleset, skip map[string]bool) {
 		return
 	}
 	some := *rs
-	some.Elements = make(map[string]map[string]*knftables.Element, len(rs.Elements))
+	some.Elements = make(map[string]map[string]ruleset.Elem, len(rs.Elements))
 	for cont, es := range rs.Elements {
 		if !skip[cont] {
 			some.Elements[cont] = es
@@ -406,19 +406,21 @@ func applyDelta(tx txWriter, desired *ruleset.Ruleset, delta *changeset.Delta, k
 			continue
 		}
 		es := delta.Elements[cont]
-		for _, key := range ruleset.SortedKeys(es) {
+		_, m := definition(cont, desired, delta)
+		keys := ruleset.SortedKeys(es)
+		for _, key := range keys {
 			if old := es[key].Old; old != nil && !isNewContainer(delta, cont) {
-				tx.Delete(desired.ElementObject(old))
+				tx.Delete(desired.ElementObject(cont, m != nil, key, *old))
 			}
 		}
-		for _, key := range ruleset.SortedKeys(es) {
+		for _, key := range keys {
 			if e := es[key].New; e != nil {
-				adds = append(adds, e)
+				adds = append(adds, desired.ElementObject(cont, m != nil, key, *e))
 			}
 		}
 	}
 	for _, e := range adds {
-		tx.Add(desired.ElementObject(e))
+		tx.Add(e)
 	}
 	// 4. Removed chains, sets and maps: deleted, or, with a keeper, kept.
 	if k != nil {

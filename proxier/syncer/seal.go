@@ -3,7 +3,6 @@ package syncer
 import (
 	"hash/maphash"
 	"runtime"
-	"strings"
 
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 )
@@ -40,11 +39,7 @@ func elementSums(rs *ruleset.Ruleset) map[string]elementSum {
 			h.Reset()
 			h.WriteString(key)
 			h.WriteByte(0)
-			h.WriteString(strings.Join(e.Value, " . "))
-			h.WriteByte(0)
-			if e.Comment != nil {
-				h.WriteString(*e.Comment)
-			}
+			h.WriteString(e.Data)
 			s.n++
 			s.sum += h.Sum64()
 		}

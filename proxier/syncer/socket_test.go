@@ -28,7 +28,7 @@ func TestKernelNetlinkSocket(t *testing.T) {
 	// The same table without the elements netlink carries.
 	empty := ruleset.Build(cluster(10), testConfig, knftables.IPv4Family)
 	for _, c := range conts {
-		empty.Elements[c.name] = map[string]*knftables.Element{}
+		empty.Elements[c.name] = map[string]ruleset.Elem{}
 	}
 	if err := writeElements(ctx, empty, fullOps(empty, conts), tr, nil); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestKernelNetlinkSocket(t *testing.T) {
 	ghost := &container{name: "no-such-set"}
 	ghost.key, _ = nftdata.ParseLayout("ipv4_addr")
 	bad := ruleset.Build(cluster(10), testConfig, knftables.IPv4Family)
-	bad.Elements[ghost.name] = map[string]*knftables.Element{"x": {Set: ghost.name, Key: []string{"10.0.0.1"}}}
+	bad.Elements[ghost.name] = map[string]ruleset.Elem{"10.0.0.1": {}}
 	if err := writeElements(ctx, bad, fullOps(bad, append([]*container{ghost}, conts...)), tr, nil); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("error %v; want ENOENT", err)
 	}

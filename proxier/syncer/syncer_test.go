@@ -62,7 +62,7 @@ func baseRuleset() *ruleset.Ruleset {
 }
 
 func addVIP(rs *ruleset.Ruleset, ip string, port int, verdict string) {
-	rs.AddElement(&knftables.Element{Map: "vips", Key: []string{ip, "tcp", fmt.Sprint(port)}, Value: []string{verdict}})
+	rs.AddKnftElement(&knftables.Element{Map: "vips", Key: []string{ip, "tcp", fmt.Sprint(port)}, Value: []string{verdict}})
 }
 
 func mustSync(t *testing.T, s *Syncer, rs *ruleset.Ruleset) Result {
@@ -187,7 +187,7 @@ func TestFullSyncAdoptsATableAndRemovesStaleObjects(t *testing.T) {
 	stale.AddChain(knftables.Chain{Name: "old-chain"})
 	stale.AddRule("old-chain", "drop")
 	stale.AddSet(&knftables.Set{Name: "old-set", Type: "ipv4_addr"})
-	stale.AddElement(&knftables.Element{Set: "old-set", Key: []string{"10.0.0.1"}})
+	stale.AddKnftElement(&knftables.Element{Set: "old-set", Key: []string{"10.0.0.1"}})
 	addVIP(stale, "172.30.0.9", 9, "goto old-chain")
 	tx := f.NewTransaction()
 	stale.AddTo(tx)
@@ -266,7 +266,7 @@ func randomRuleset(r *rand.Rand) *ruleset.Ruleset {
 			sets = append(sets, name)
 			rs.AddSet(&knftables.Set{Name: name, Type: "ipv4_addr"})
 			for j := range r.IntN(5) {
-				rs.AddElement(&knftables.Element{Set: name, Key: []string{fmt.Sprintf("10.0.%d.%d", i, j+r.IntN(3))}})
+				rs.AddKnftElement(&knftables.Element{Set: name, Key: []string{fmt.Sprintf("10.0.%d.%d", i, j+r.IntN(3))}})
 			}
 		}
 	}

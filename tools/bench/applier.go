@@ -104,7 +104,7 @@ func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) 
 		return stats, err
 	}
 	a.s.Seal() // as Proxier.firstSync
-	rs, _ := a.b.Update(st, nil)
+	rs := a.b.Index(st)
 	a.built = true
 	if err := writeHeapProfile(); err != nil {
 		return stats, err

@@ -1,0 +1,54 @@
+package changeset
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
+)
+
+// TestIndexIsFirstUpdate checks that a Builder started with Index holds the ruleset
+// a first Update gives and reports the same Deltas afterwards, whether its first
+// build ran in parallel or not; and that Index on a Builder already in use leaves
+// the next Delta as Update(st, nil) would.
+func TestIndexIsFirstUpdate(t *testing.T) {
+	cfg := baseConfig()
+	cfg.Defaults()
+	for seed := range uint64(12) {
+		r := rand.New(rand.NewPCG(seed, 17))
+		st := fixture.NewCluster()
+		for i := range 16 {
+			randomService(st, r, i)
+		}
+		fam := dual[seed%2]
+		upd, idx := NewBuilder(cfg, fam), NewBuilder(cfg, fam)
+		want, _ := upd.Update(st, nil)
+		sameRuleset(t, fmt.Sprintf("seed %d Index", seed), want, idx.Index(st))
+		for step := range 20 {
+			changed := map[state.ServiceName]bool{}
+			i := r.IntN(24)
+			name := state.ServiceName{Namespace: conflictNamespaces[i%len(conflictNamespaces)], Name: fmt.Sprintf("svc%d", i)}
+			if r.IntN(4) == 0 {
+				delete(st.Services, name)
+				delete(st.Slices, name)
+			} else {
+				randomService(st, r, i)
+			}
+			changed[name] = true
+			what := fmt.Sprintf("seed %d step %d", seed, step)
+			if step == 10 {
+				// Index on a Builder in use: its Delta is dropped, the next one
+				// starts from the state it indexed.
+				upd.Update(st, nil)
+				idx.Index(st)
+				continue
+			}
+			wantRS, wantD := upd.Update(st, changed)
+			gotRS, gotD := idx.Update(st, changed)
+			sameRuleset(t, what, wantRS, gotRS)
+			sameDelta(t, what, wantD, gotD)
+		}
+	}
+}
