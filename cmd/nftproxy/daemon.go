@@ -120,15 +120,18 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 
 // startInformers watches Services and EndpointSlices (narrowed as kube-proxy's
 // informers are: see serviceListOptions and sliceListOptions) and this node's Node,
-// feeds them to p, and waits for their first list. It returns the factories it
+// feeds them to p, and waits for their first list. The informers cache only what
+// the proxier reads of each object (see transformService). It returns the factories it
 // started, to be shut down once ctx is done.
 func startInformers(ctx context.Context, client kubernetes.Interface, nodeName string, p *proxier.Proxier) ([]informers.SharedInformerFactory, error) {
-	services := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(serviceListOptions))
-	slices := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(sliceListOptions))
+	services := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(serviceListOptions), informers.WithTransform(transformService))
+	slices := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(sliceListOptions), informers.WithTransform(transformEndpointSlice))
 	nodes := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector(metav1.ObjectNameField, nodeName).String()
-		}))
+		}), informers.WithTransform(transformNode))
 
 	handlers := []struct {
 		informer cache.SharedIndexInformer
