@@ -46,6 +46,7 @@ const (
 //	minSyncPeriod: 1s
 //	healthzBindAddress: 0.0.0.0:10256
 //	metricsBindAddress: 127.0.0.1:10249
+//	enableProfiling: false
 //	tableName: nftproxy
 //	verbosity: 2
 type Configuration struct {
@@ -71,6 +72,9 @@ type Configuration struct {
 	// MetricsBindAddress serves /metrics (--metrics-bind-address, default
 	// 127.0.0.1:10249); empty disables it.
 	MetricsBindAddress string `json:"metricsBindAddress,omitempty"`
+	// EnableProfiling serves Go's profiling handlers under /debug/pprof/ on the
+	// metrics address (--profiling, default false).
+	EnableProfiling bool `json:"enableProfiling,omitempty"`
 	// Verbosity is the log verbosity (-v): 0 and 1 log at info level, 2 and more
 	// at debug level.
 	Verbosity int `json:"verbosity,omitempty"`
@@ -110,6 +114,8 @@ type Options struct {
 	// server is disabled.
 	HealthzBindAddress string
 	MetricsBindAddress string
+	// EnableProfiling adds the profiling handlers to the metrics server.
+	EnableProfiling bool
 	// Conntrack are the conntrack sysctls to set at start.
 	Conntrack conntrack.Sysctls
 	// Cleanup asks to remove the tables and exit.
@@ -160,6 +166,7 @@ func newFlagSet(c *Configuration, cf *commandFlags) *flag.FlagSet {
 	fs.StringVar(&c.MinSyncPeriod, "min-sync-period", c.MinSyncPeriod, "least time between two syncs")
 	fs.StringVar(&c.HealthzBindAddress, "healthz-bind-address", c.HealthzBindAddress, "host:port of /healthz and /livez (empty disables)")
 	fs.StringVar(&c.MetricsBindAddress, "metrics-bind-address", c.MetricsBindAddress, "host:port of /metrics (empty disables)")
+	fs.BoolVar(&c.EnableProfiling, "profiling", c.EnableProfiling, "serve Go's profiling handlers under /debug/pprof/ on the metrics address")
 	fs.IntVar(&c.Verbosity, "v", c.Verbosity, "log verbosity: 2 and more log at debug level")
 	fs.BoolVar(&cf.version, "version", false, "print the version and exit")
 	fs.BoolVar(&cf.initOnly, "init-only", false, "check the configuration and exit, as kube-proxy's init container does (nftproxy needs no privileged initialization)")
@@ -258,7 +265,8 @@ func fieldError(field, flagName, format string, args ...any) error {
 // options validates c and converts it to Options, reporting every invalid field.
 func (c Configuration) options() (*Options, error) {
 	var errs []error
-	o := &Options{Kubeconfig: c.Kubeconfig, Master: c.Master, MetricsBindAddress: c.MetricsBindAddress, HealthzBindAddress: c.HealthzBindAddress}
+	o := &Options{Kubeconfig: c.Kubeconfig, Master: c.Master, MetricsBindAddress: c.MetricsBindAddress, HealthzBindAddress: c.HealthzBindAddress,
+		EnableProfiling: c.EnableProfiling}
 	rc, warnings, err := c.Options.Config()
 	if err != nil {
 		errs = append(errs, err)

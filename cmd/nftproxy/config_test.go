@@ -60,8 +60,8 @@ func TestDefaults(t *testing.T) {
 	if o.Ruleset.LocalMode != ruleset.LocalNone || len(o.Warnings) != 1 {
 		t.Errorf("local mode %q, warnings %q; want none and one warning", o.Ruleset.LocalMode, o.Warnings)
 	}
-	if o.LogLevel != slog.LevelInfo || o.Cleanup {
-		t.Errorf("log level %v, cleanup %v", o.LogLevel, o.Cleanup)
+	if o.LogLevel != slog.LevelInfo || o.Cleanup || o.EnableProfiling {
+		t.Errorf("log level %v, cleanup %v, profiling %v", o.LogLevel, o.Cleanup, o.EnableProfiling)
 	}
 }
 
@@ -71,7 +71,7 @@ func TestFlags(t *testing.T) {
 		"--detect-local-mode=InterfaceNamePrefix", "--pod-interface-name-prefix=veth",
 		"--nodeport-addresses=192.168.0.0/24,10.0.0.1/8", "--masquerade-all",
 		"--sync-period=1m", "--min-sync-period=0s", "--healthz-bind-address=", "--metrics-bind-address=[::1]:9999",
-		"--table-name=kp", "-v=4", "--kubeconfig=/etc/kc", "--master=https://api:6443", "--cleanup")
+		"--table-name=kp", "-v=4", "--kubeconfig=/etc/kc", "--master=https://api:6443", "--cleanup", "--profiling")
 	rc := o.Ruleset
 	if !slices.Equal(rc.ClusterCIDRs, prefixes("10.0.0.0/8", "fd01::/48")) ||
 		!slices.Equal(rc.ServiceCIDRs, prefixes("172.30.0.0/16")) ||
@@ -84,7 +84,7 @@ func TestFlags(t *testing.T) {
 	if o.SyncPeriod != time.Minute || o.MinSyncPeriod != 0 || o.HealthzBindAddress != "" || o.MetricsBindAddress != "[::1]:9999" {
 		t.Errorf("options = %+v", o)
 	}
-	if o.LogLevel != slog.LevelDebug || !o.Cleanup || o.Kubeconfig != "/etc/kc" || o.Master != "https://api:6443" {
+	if o.LogLevel != slog.LevelDebug || !o.Cleanup || o.Kubeconfig != "/etc/kc" || o.Master != "https://api:6443" || !o.EnableProfiling {
 		t.Errorf("options = %+v", o)
 	}
 }

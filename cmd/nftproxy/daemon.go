@@ -86,7 +86,14 @@ func runDaemon(ctx context.Context, o *Options, log *slog.Logger, d deps) error 
 	if err := serve("healthz", o.HealthzBindAddress, hz.Serve); err != nil {
 		return err
 	}
-	if err := serve("metrics", o.MetricsBindAddress, m.Serve); err != nil {
+	metricsHandler := m.Handler()
+	if o.EnableProfiling {
+		metricsHandler = metrics.WithProfiling(metricsHandler)
+	}
+	err = serve("metrics", o.MetricsBindAddress, func(ctx context.Context, l net.Listener) error {
+		return metrics.ServeHTTP(ctx, l, metricsHandler)
+	})
+	if err != nil {
 		return err
 	}
 	go sh.Run(ctx)

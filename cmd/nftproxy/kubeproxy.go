@@ -80,6 +80,7 @@ func fromKubeProxy(data []byte, cfg *Configuration) error {
 	if cfg.MetricsBindAddress, err = kubeProxyBindAddress(kp.MetricsBindAddress, cfg.MetricsBindAddress, metricsPort); err != nil {
 		return fieldError("metricsBindAddress", "metrics-bind-address", "%v", err)
 	}
+	cfg.EnableProfiling = kp.EnableProfiling
 	cfg.Verbosity = int(kp.Logging.Verbosity)
 	fromKubeProxyConntrack(&kp.Conntrack, &cfg.Conntrack)
 	cfg.warnings = append(cfg.warnings, notApplied(&kp)...)
@@ -155,7 +156,6 @@ func notApplied(kp *kpconfig.KubeProxyConfiguration) []string {
 	add(cc.QPS != 0 || cc.Burst != 0 || cc.ContentType != "" || cc.AcceptContentTypes != "",
 		"clientConnection.qps/burst/contentType", "nftproxy's client uses client-go's defaults")
 	add(kp.BindAddressHardFail, "bindAddressHardFail", "a server that cannot bind always stops the daemon")
-	add(kp.EnableProfiling, "enableProfiling", "nftproxy serves no pprof handlers")
 	add(kp.ShowHiddenMetricsForVersion != "", "showHiddenMetricsForVersion", "nftproxy hides no metrics")
 	ipt, nft := kp.IPTables, kp.NFTables
 	if kp.Mode == "" {

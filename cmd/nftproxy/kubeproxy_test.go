@@ -71,6 +71,7 @@ func TestKubeProxyFieldsMapped(t *testing.T) {
 		"  interfaceNamePrefix: \"\"": "  interfaceNamePrefix: cali",
 		"nodePortAddresses: null":     "nodePortAddresses: [192.168.0.0/24]",
 		"  verbosity: 0":              "  verbosity: 4",
+		"enableProfiling: false":      "enableProfiling: true",
 		"nftables:\n  masqueradeAll: false\n  masqueradeBit: null\n  minSyncPeriod: 0s\n  syncPeriod: 0s": "nftables:\n  masqueradeAll: true\n  masqueradeBit: 12\n  minSyncPeriod: 2s\n  syncPeriod: 1m",
 	} {
 		if !strings.Contains(cfg, old) {
@@ -96,6 +97,9 @@ func TestKubeProxyFieldsMapped(t *testing.T) {
 	}
 	if o.LogLevel >= 0 {
 		t.Errorf("logging.verbosity 4 should log at debug level, got %v", o.LogLevel)
+	}
+	if !o.EnableProfiling {
+		t.Errorf("enableProfiling: true was not applied")
 	}
 	// A flag still overrides the file.
 	if o := mustLoad(t, "--config", writeConfig(t, cfg), "--hostname-override", "node-c"); o.NodeName != "node-c" {

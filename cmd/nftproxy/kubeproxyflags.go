@@ -21,7 +21,6 @@ var kubeProxyOnly = []struct {
 	{"kube-api-qps", "nftproxy's client uses client-go's defaults", false},
 	{"bind-address", "nftproxy serves both families whatever the node's primary one", false},
 	{"bind-address-hard-fail", "a server that cannot bind always stops the daemon", true},
-	{"profiling", "nftproxy serves no pprof handlers", true},
 	{"show-hidden-metrics-for-version", "nftproxy hides no metrics", false},
 	{"iptables-localhost-nodeports", "it applies to kube-proxy's iptables mode; NodePorts are never served on localhost, as in kube-proxy's nftables mode", true},
 	{"ipvs-sync-period", "it applies to kube-proxy's ipvs mode", false},

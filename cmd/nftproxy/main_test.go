@@ -241,7 +241,7 @@ func TestDaemonWithFakeAPIServer(t *testing.T) {
 	d := deps{newNFT: tables.newNFT, newClient: func(*Options) (kubernetes.Interface, error) { return cs, nil }}
 	healthz, metricsAddr := freeAddr(t), freeAddr(t)
 	args := []string{"--hostname-override=node-a", "--cluster-cidr=10.0.0.0/8", "--min-sync-period=0s",
-		"--healthz-bind-address=" + healthz, "--metrics-bind-address=" + metricsAddr, "--table-name=nftproxy-test"}
+		"--healthz-bind-address=" + healthz, "--metrics-bind-address=" + metricsAddr, "--table-name=nftproxy-test", "--profiling"}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -284,6 +284,10 @@ func TestDaemonWithFakeAPIServer(t *testing.T) {
 	}
 	if code, mode := httpGet(t, "http://"+metricsAddr+"/proxyMode"); code != http.StatusOK || mode != "nftables" {
 		t.Errorf("/proxyMode = %d %q, want nftables", code, mode)
+	}
+	// --profiling: the daemon's own goroutines, through pprof on the metrics address.
+	if code, body := httpGet(t, "http://"+metricsAddr+"/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "runDaemon") {
+		t.Errorf("/debug/pprof/goroutine = %d, want 200 with the daemon's goroutines", code)
 	}
 
 	cancel()
@@ -347,6 +351,9 @@ func TestDaemonUnreachableAPIServerIsNotReady(t *testing.T) {
 	}
 	if code, body := httpGet(t, "http://"+healthz+"/livez"); code != http.StatusOK {
 		t.Errorf("/livez = %d %s, want 200", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+metricsAddr+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without --profiling = %d, want 404", code)
 	}
 	_, text := httpGet(t, "http://"+metricsAddr+"/metrics")
 	for _, want := range []string{

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -249,6 +250,22 @@ func (m *Metrics) Handler() http.Handler {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		fmt.Fprint(w, ProxyMode)
 	})
+	return mux
+}
+
+// WithProfiling returns h with Go's profiling handlers added under /debug/pprof/
+// (the index and the runtime's profiles, profile, symbol and trace, as kube-proxy
+// serves them on its metrics address when profiling is enabled).
+func WithProfiling(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/debug/pprof", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/debug/pprof/", http.StatusFound)
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

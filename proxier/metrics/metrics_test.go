@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,6 +233,37 @@ func TestMetricsAddressServesProxyModeAndHealthz(t *testing.T) {
 		if code, body := get(t, m, path); code != http.StatusOK || body != want {
 			t.Errorf("GET %s = %d %q, want 200 %q", path, code, body, want)
 		}
+	}
+}
+
+// TestProfilingHandlers serves the metrics address with the profiling handlers
+// and checks that pprof answers beside the metrics, as kube-proxy's --profiling
+// has it, and that the plain handler has no pprof.
+func TestProfilingHandlers(t *testing.T) {
+	m := New()
+	srv := httptest.NewServer(WithProfiling(m.Handler()))
+	defer srv.Close()
+	for path, want := range map[string]int{
+		"/debug/pprof/":                  http.StatusOK,
+		"/debug/pprof/heap?debug=1":      http.StatusOK,
+		"/debug/pprof/goroutine?debug=1": http.StatusOK,
+		"/debug/pprof/symbol":            http.StatusOK,
+		"/debug/pprof/profile?seconds=1": http.StatusOK,
+		"/debug/pprof/cmdline":           http.StatusNotFound, // kube-proxy does not serve it either
+		"/metrics":                       http.StatusOK,
+		"/proxyMode":                     http.StatusOK,
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d, want %d", path, resp.StatusCode, want)
+		}
+	}
+	if code, _ := get(t, m, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("the plain handler serves /debug/pprof/: %d", code)
 	}
 }
 
