@@ -75,29 +75,31 @@ func (b *Builder) replaceElems(o *owner, frag *ruleset.Ruleset) {
 	old := o.elems
 	var refs []elemRef
 	if frag != nil {
-		n := 0
-		for _, es := range frag.Elements {
-			n += len(es)
+		list := frag.Listed()
+		if len(list) > 0 {
+			refs = make([]elemRef, 0, len(list))
 		}
-		if n > 0 {
-			refs = make([]elemRef, 0, n)
-		}
-		for c, es := range frag.Elements {
-			t := b.elemTable(c)
-			for k, v := range es {
-				b.putElem(t, k, o, v)
-				refs = append(refs, elemRef{tab: t.idx, key: k})
+		var t *elemTable
+		for _, x := range list {
+			if t == nil || t.name != x.Cont {
+				t = b.elemTable(x.Cont)
 			}
+			b.putElem(t, x.Key, o, x.Elem)
+			refs = append(refs, elemRef{tab: t.idx, key: x.Key})
 		}
 	}
+	if len(old) == 0 {
+		o.elems = refs
+		return
+	}
+	keep := make(map[elemRef]bool, len(refs))
+	for _, r := range refs {
+		keep[r] = true
+	}
 	for _, r := range old {
-		t := b.elemTabs[r.tab]
-		if frag != nil {
-			if _, ok := frag.Elements[t.name][r.key]; ok {
-				continue
-			}
+		if !keep[r] {
+			b.dropElem(b.elemTabs[r.tab], r.key, o)
 		}
-		b.dropElem(t, r.key, o)
 	}
 	o.elems = refs
 }

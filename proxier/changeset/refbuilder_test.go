@@ -232,10 +232,8 @@ func refForEachObject(r *ruleset.Ruleset, fn func(refObjKey, any)) {
 	for n, m := range r.Maps {
 		fn(refObjKey{kind: refKindMap, name: n}, m)
 	}
-	for c, es := range r.Elements {
-		for k, e := range es {
-			fn(refObjKey{kind: refKindElement, container: c, name: k}, &e)
-		}
+	for _, x := range r.Listed() {
+		fn(refObjKey{kind: refKindElement, container: x.Cont, name: x.Key}, &x.Elem)
 	}
 }
 

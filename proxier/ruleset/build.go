@@ -65,14 +65,16 @@ type Claimer func(key []string, id string, prio int) bool
 // BuildService returns the objects Service svc contributes (nil when it has no
 // ClusterIP of the family), using claim to arbitrate frontends with other Services.
 // It reads its arguments and writes only the Ruleset it returns, so fragments may
-// be built concurrently.
+// be built concurrently. The Ruleset is a fragment: its elements are listed (see
+// Listed), not in Elements.
 func BuildService(cfg Config, family knftables.Family, st *state.ClusterState, svc *state.Service, claim Claimer) *Ruleset {
-	b := &layout{rs: New(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: st.Node, claimer: claim}
+	b := &layout{rs: newFragment(family, cfg.Table), cfg: cfg, fam: newFamilyInfo(family), node: st.Node, claimer: claim}
 	if len(b.fam.addrs(svc.ClusterIPs)) == 0 {
 		return nil
 	}
 	b.claimClusterIPs([]*state.Service{svc})
 	b.addService(st, svc)
+	b.rs.list = LastOfEach(b.rs.list)
 	return b.rs
 }
 

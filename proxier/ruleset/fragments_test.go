@@ -1,6 +1,8 @@
 package ruleset
 
 import (
+	"fmt"
+	"reflect"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -38,6 +40,32 @@ func TestFragmentBuildStopsOnUnexpectedClusterIPClaims(t *testing.T) {
 		ParallelMin = saved
 		if ok || last != 999 {
 			t.Errorf("ParallelMin %d: run = %v after fragment %d; want false after 999", pmin, ok, last)
+		}
+	}
+}
+
+// TestLastOfEach checks that LastOfEach keeps the last element of each set or map
+// and key, as adding them to Elements one by one does, on short lists (scanned)
+// and long ones (mapped).
+func TestLastOfEach(t *testing.T) {
+	for _, n := range []int{0, 1, 5, lastOfEachScan, lastOfEachScan + 1, 300} {
+		var list []Listed
+		want := New(knftables.IPv4Family, "t")
+		for i := range n {
+			x := Listed{Cont: fmt.Sprint("c", i%3), Key: fmt.Sprint(i % 7), Elem: Elem{Data: fmt.Sprint(i)}}
+			list = append(list, x)
+			want.AddElement(x.Cont, x.Key, x.Elem)
+		}
+		got := New(knftables.IPv4Family, "t")
+		out := LastOfEach(list)
+		for _, x := range out {
+			if _, ok := got.Elements[x.Cont][x.Key]; ok {
+				t.Fatalf("n=%d: %s %s listed twice", n, x.Cont, x.Key)
+			}
+			got.AddElement(x.Cont, x.Key, x.Elem)
+		}
+		if !reflect.DeepEqual(want.Elements, got.Elements) {
+			t.Errorf("n=%d: LastOfEach kept %v, want %v", n, got.Elements, want.Elements)
 		}
 	}
 }

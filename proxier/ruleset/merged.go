@@ -135,16 +135,14 @@ func mergeFragment(rs, frag *Ruleset) {
 			rs.Maps[n] = m
 		}
 	}
-	for c, fes := range frag.Elements {
-		es := rs.Elements[c]
+	for _, x := range frag.Listed() {
+		es := rs.Elements[x.Cont]
 		if es == nil {
-			es = make(map[string]Elem, len(fes))
-			rs.Elements[c] = es
+			es = map[string]Elem{}
+			rs.Elements[x.Cont] = es
 		}
-		for k, e := range fes {
-			if _, ok := es[k]; !ok {
-				es[k] = e
-			}
+		if _, ok := es[x.Key]; !ok {
+			es[x.Key] = x.Elem
 		}
 	}
 }

@@ -35,7 +35,80 @@ type Ruleset struct {
 	// garbage collector's work. knftables.Element is made only where an element
 	// leaves the Ruleset (ElementObject).
 	Elements map[string]map[string]Elem
+
+	// A fragment (BuildService's) lists its elements in list instead: a Service's
+	// are a few, and a few maps per Service, made and dropped by the hundred
+	// thousand in a first build, would be most of its garbage.
+	fragment bool
+	list     []Listed
 }
+
+// Listed is an element with its set or map and its key, as a fragment lists it.
+type Listed struct {
+	Cont, Key string
+	Elem      Elem
+}
+
+// newFragment returns an empty fragment: a Ruleset whose elements are listed.
+func newFragment(family knftables.Family, table string) *Ruleset {
+	r := New(family, table)
+	r.fragment = true
+	return r
+}
+
+// Listed returns the elements of r, one per set or map and key, in no particular
+// order: the list of a fragment, or those of Elements for any other Ruleset.
+func (r *Ruleset) Listed() []Listed {
+	if r.fragment {
+		return r.list
+	}
+	var out []Listed
+	for c, es := range r.Elements {
+		for k, e := range es {
+			out = append(out, Listed{Cont: c, Key: k, Elem: e})
+		}
+	}
+	return out
+}
+
+// LastOfEach returns the last element of list of each set or map and key, as
+// adding them one by one to Elements would leave them; it reuses list.
+func LastOfEach(list []Listed) []Listed {
+	type id struct{ cont, key string }
+	var last map[id]int
+	if len(list) > lastOfEachScan {
+		last = make(map[id]int, len(list))
+		for i, x := range list {
+			last[id{x.Cont, x.Key}] = i
+		}
+	}
+	out := list[:0]
+	for i, x := range list {
+		if last != nil {
+			if last[id{x.Cont, x.Key}] == i {
+				out = append(out, x)
+			}
+			continue
+		}
+		// Most Services list a few elements, and seldom a key twice (an endpoint
+		// of two of their ports in the hairpin set): a scan allocates nothing.
+		later := false
+		for _, y := range list[i+1:] {
+			if y.Cont == x.Cont && y.Key == x.Key {
+				later = true
+				break
+			}
+		}
+		if !later {
+			out = append(out, x)
+		}
+	}
+	clear(list[len(out):])
+	return out
+}
+
+// lastOfEachScan is the longest list LastOfEach scans rather than maps.
+const lastOfEachScan = 64
 
 // Elem is an element of a set or map, stored under its key. Data is the nft text
 // of a map element's value ("10.0.0.5 . 8080"), or the comment of a set element
@@ -196,6 +269,10 @@ func (r *Ruleset) AddMap(m *knftables.Map) { r.Maps[m.Name] = m }
 // AddElement adds (or replaces) the element of set or map cont with the key text
 // key.
 func (r *Ruleset) AddElement(cont, key string, e Elem) {
+	if r.fragment {
+		r.list = append(r.list, Listed{Cont: cont, Key: key, Elem: e})
+		return
+	}
 	es := r.Elements[cont]
 	if es == nil {
 		es = map[string]Elem{}
