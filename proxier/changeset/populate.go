@@ -24,24 +24,15 @@ func (b *Builder) populate(st *state.ClusterState) bool {
 	for _, svc := range svcs {
 		b.svcs[svc.Name] = b.newOwner(svc.Name.String())
 	}
-	sizer := ruleset.NewSizer(len(svcs))
+	// The element maps are left to grow: a large map presized from an estimate
+	// rounds its tables up to powers of two, and held more slots than one grown
+	// table by table.
 	ok := ruleset.BuildFragments(b.cfg, b.family, st, svcs, t, func(_ int, f *ruleset.Fragment) {
 		if f.Objects == nil {
 			b.freeOwner(b.svcs[f.Service.Name])
 			delete(b.svcs, f.Service.Name)
 		} else {
 			b.replace(b.svcs[f.Service.Name], f.Objects)
-		}
-		if sizer.Step() {
-			for _, t := range b.elems {
-				if n := sizer.Estimate(len(t.entries)); n > 0 {
-					t.entries = ruleset.Presized(t.entries, n)
-					if t.out != nil {
-						t.out = ruleset.Presized(t.out, n)
-						b.rs.Elements[t.name] = t.out
-					}
-				}
-			}
 		}
 	})
 	if !ok {
