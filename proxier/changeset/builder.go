@@ -414,11 +414,11 @@ func (b *Builder) own(e *entry, o *owner, v any) {
 		e.more = &ownerList{}
 	}
 	if o.name > e.first.name {
-		e.more.insert(owned{o: o, val: v})
+		e.more.insert(b.owners, o, v)
 		return
 	}
 	b.touch(e)
-	e.more.insert(owned{o: e.first, val: e.val})
+	e.more.insert(b.owners, e.first, e.val)
 	changed := v != e.val
 	e.first, e.val = o, v
 	if changed {
@@ -429,9 +429,7 @@ func (b *Builder) own(e *entry, o *owner, v any) {
 // update makes v the version of e of o, which already owns it.
 func (b *Builder) update(e *entry, o *owner, v any) {
 	if e.first != o {
-		if p := e.more.find(o.name); p != nil && !ruleset.EqualObjects(p.val, v) {
-			p.val = v
-		}
+		e.more.set(b.owners, o, v)
 		return
 	}
 	if ruleset.EqualObjects(e.val, v) {
@@ -445,7 +443,7 @@ func (b *Builder) update(e *entry, o *owner, v any) {
 // disown removes o from the owners of e.
 func (b *Builder) disown(e *entry, o *owner) {
 	if e.first != o {
-		e.more.remove(o.name)
+		e.more.remove(b.owners, o)
 		return
 	}
 	b.touch(e)
@@ -459,8 +457,7 @@ func (b *Builder) disown(e *entry, o *owner) {
 		return
 	}
 	old := e.val
-	next := e.more.popFirst()
-	e.first, e.val = next.o, next.val
+	e.first, e.val = e.more.popFirst(b.owners)
 	if e.val != old {
 		b.setEffective(e)
 	}
