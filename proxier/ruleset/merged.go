@@ -89,7 +89,9 @@ func buildMerged(st *state.ClusterState, cfg Config, family knftables.Family) *R
 	ready := make([]*Ruleset, len(svcs))
 	done := make([]bool, len(svcs))
 	next := 0
-	sizer := NewSizer(len(svcs))
+	// The element maps are left to grow: a large map presized from an estimate
+	// rounds its tables up to powers of two, and held more slots than one grown
+	// table by table.
 	merge := func(i int, f *Fragment) {
 		clear(t.undo)
 		ready[i], done[i] = f.Objects, true
@@ -100,13 +102,6 @@ func buildMerged(st *state.ClusterState, cfg Config, family knftables.Family) *R
 				ready[j] = nil
 			}
 			next++
-			if sizer.Step() {
-				for c, es := range rs.Elements {
-					if n := sizer.Estimate(len(es)); n > 0 {
-						rs.Elements[c] = Presized(es, n)
-					}
-				}
-			}
 		}
 	}
 	fb := &fragmentBuild{cfg: cfg, family: family, st: st, svcs: svcs, pre: pre, preLists: preLists, t: t, use: merge}
