@@ -30,6 +30,17 @@ func (n *Node) LiveProgram(ctx context.Context) (*sim.Program, string, error) {
 	return prog, text, nil
 }
 
+// StatelessRuleset returns `nft --stateless list ruleset` inside the node: the ruleset
+// without counters and without the time left to the elements of sets with timeouts
+// (session affinity), which count down and so never settle.
+func (n *Node) StatelessRuleset(ctx context.Context) (string, error) {
+	text, err := n.Exec(ctx, "", "nft", "--stateless", "list", "ruleset")
+	if err != nil {
+		return "", fmt.Errorf("node %s: %w", n.Spec.Name, err)
+	}
+	return text, nil
+}
+
 // SimEnv returns the node as the simulator needs it for a routing decision: its
 // addresses, its segment address first (the one masquerade picks without a route's
 // source), and its IPv4 and IPv6 routes with their devices and preferred sources, read

@@ -190,14 +190,16 @@ func (ap *applied) waitProgrammed(ctx context.Context, c *Cluster, settle time.D
 }
 
 // waitRulesets waits until the rulesets of nodes have not changed for settle and
-// missing (naming what a ruleset lacks, "" when nothing) is content with each.
+// missing (naming what a ruleset lacks, "" when nothing) is content with each. It
+// compares the stateless listings: counters and the expiry of affinity entries change
+// with every listing while traffic has crossed the node.
 func waitRulesets(ctx context.Context, settle time.Duration, missing func(ruleset string) string, nodes ...*Node) error {
 	last := make([]string, len(nodes))
 	since := time.Now()
 	return waitFor(ctx, 2*defaultWait, "rulesets settle", func() (bool, error) {
 		changed := false
 		for i, n := range nodes {
-			text, err := n.Ruleset(ctx)
+			text, err := n.StatelessRuleset(ctx)
 			if err != nil {
 				return false, err
 			}
