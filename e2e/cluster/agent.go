@@ -18,32 +18,54 @@ import (
 // The node agent: what the kubelet would write for the lab's nodes and pods.
 
 // registerNode creates the Node object of n with its pod CIDR, and writes its status
-// (InternalIP, Ready) as a kubelet would.
+// (InternalIP, Ready) as a kubelet would. In a dual-stack lab the Node has an InternalIP
+// of each family and no pod CIDR: it waits for the node IPAM's and routes them.
 func (c *Cluster) registerNode(ctx context.Context, n *Node) error {
 	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Spec.Name, Labels: map[string]string{
 			"kubernetes.io/hostname": n.Spec.Name,
 			"kubernetes.io/os":       "linux",
 		}},
-		Spec: v1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+	}
+	if !c.Spec.DualStack {
+		node.Spec = v1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}}
 	}
 	created, err := c.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("node %s: create: %w", n.Spec.Name, err)
 	}
 	now := metav1.Now()
-	created.Status = v1.NodeStatus{
-		Addresses: []v1.NodeAddress{
-			{Type: v1.NodeInternalIP, Address: n.Addr.String()},
-			{Type: v1.NodeHostName, Address: n.Spec.Name},
-		},
+	addrs := []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: n.Addr.String()}}
+	if n.Addr6.IsValid() {
+		addrs = append(addrs, v1.NodeAddress{Type: v1.NodeInternalIP, Address: n.Addr6.String()})
+	}
+	status := v1.NodeStatus{
+		Addresses: append(addrs, v1.NodeAddress{Type: v1.NodeHostName, Address: n.Spec.Name}),
 		Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue,
 			Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}},
 	}
-	if _, err := c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	// The node IPAM may have written the pod CIDRs since the create: then again on the
+	// Node as it is.
+	for try := 0; ; try++ {
+		created.Status = status
+		_, err = c.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) || try == 5 {
+			break
+		}
+		if created, err = c.Client.CoreV1().Nodes().Get(ctx, n.Spec.Name, metav1.GetOptions{}); err != nil {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("node %s: status: %w", n.Spec.Name, err)
 	}
-	return nil
+	if !c.Spec.DualStack {
+		return nil
+	}
+	if err := c.podCIDRsOf(ctx, n); err != nil {
+		return err
+	}
+	return c.routePods(n)
 }
 
 // PodSpec describes a pod of the lab.
@@ -67,8 +89,8 @@ type PodSpec struct {
 type Pod struct {
 	*lab.NS
 	Spec PodSpec
-	// Addr is the pod's IP.
-	Addr netip.Addr
+	// Addr is the pod's IP; Addr6 its IPv6 one in a dual-stack lab, else zero.
+	Addr, Addr6 netip.Addr
 	// HostVeth is the name of the pod veth's end in the node's namespace.
 	HostVeth string
 
@@ -105,10 +127,14 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if index > 250 {
 		return nil, fmt.Errorf("pod %s/%s: node %s is full", spec.Namespace, spec.Name, n.Spec.Name)
 	}
-	gw := n.PodCIDR.Addr().Next()
-	addr := gw
+	gw, gw6 := n.PodCIDR.Addr().Next(), netip.Addr{}
+	addr, addr6 := gw, netip.Addr{}
 	for range index {
 		addr = addr.Next()
+	}
+	if n.PodCIDR6.IsValid() {
+		gw6 = n.PodCIDR6.Addr().Next()
+		addr6 = nthAfter(gw6, index)
 	}
 
 	var ports []v1.ContainerPort
@@ -143,7 +169,7 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pod{NS: ns, Spec: spec, Addr: addr, HostVeth: fmt.Sprintf("veth%d", index)}
+	p := &Pod{NS: ns, Spec: spec, Addr: addr, Addr6: addr6, HostVeth: fmt.Sprintf("veth%d", index)}
 	c.mu.Lock()
 	c.pods = append(c.pods, p)
 	c.mu.Unlock()
@@ -163,12 +189,17 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if err := addRoute(ns, "eth0", netip.Prefix{}, gw); err != nil {
 		return nil, err
 	}
+	if addr6.IsValid() {
+		if err := wirePod6(n, p, gw6); err != nil {
+			return nil, err
+		}
+	}
 	if len(spec.Ports) > 0 {
 		var eps []lab.EchoPort
 		for _, port := range spec.Ports {
 			eps = append(eps, lab.EchoPort{Proto: lab.TCP, Port: port}, lab.EchoPort{Proto: lab.UDP, Port: port})
 		}
-		if p.echo, err = lab.StartEcho(ns, spec.Name, []netip.Addr{addr}, eps); err != nil {
+		if p.echo, err = lab.StartEcho(ns, spec.Name, p.Addrs(), eps); err != nil {
 			return nil, err
 		}
 	}
@@ -179,12 +210,16 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	}
 
 	now := metav1.Now()
+	hostIPs, podIPs := []v1.HostIP{{IP: n.Addr.String()}}, []v1.PodIP{{IP: addr.String()}}
+	if addr6.IsValid() {
+		hostIPs, podIPs = append(hostIPs, v1.HostIP{IP: n.Addr6.String()}), append(podIPs, v1.PodIP{IP: addr6.String()})
+	}
 	created.Status = v1.PodStatus{
 		Phase:     v1.PodRunning,
 		HostIP:    n.Addr.String(),
-		HostIPs:   []v1.HostIP{{IP: n.Addr.String()}},
+		HostIPs:   hostIPs,
 		PodIP:     addr.String(),
-		PodIPs:    []v1.PodIP{{IP: addr.String()}},
+		PodIPs:    podIPs,
 		StartTime: &now,
 		Conditions: []v1.PodCondition{
 			{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: now},
@@ -230,4 +265,37 @@ func (c *Cluster) Remove(ctx context.Context, p *Pod) error {
 		errs = append(errs, fmt.Errorf("pod %s/%s: delete: %w", p.Spec.Namespace, p.Spec.Name, err))
 	}
 	return errors.Join(errs...)
+}
+
+// Addrs returns the pod's addresses: IPv4, then IPv6 in a dual-stack lab.
+func (p *Pod) Addrs() []netip.Addr {
+	if p.Addr6.IsValid() {
+		return []netip.Addr{p.Addr, p.Addr6}
+	}
+	return []netip.Addr{p.Addr}
+}
+
+// wirePod6 gives pod p on node n its IPv6 address and route, as AddPod does the IPv4
+// ones: the node's end of the veth holds the pods' gateway gw6.
+func wirePod6(n *Node, p *Pod, gw6 netip.Addr) error {
+	steps := []func() error{
+		func() error { return addAddr(n.NS, p.HostVeth, netip.PrefixFrom(gw6, 128)) },
+		func() error { return addRoute(n.NS, p.HostVeth, netip.PrefixFrom(p.Addr6, 128), netip.Addr{}) },
+		func() error { return addAddr(p.NS, "eth0", netip.PrefixFrom(p.Addr6, 128)) },
+		func() error { return addRoute(p.NS, "eth0", netip.MustParsePrefix("::/0"), gw6) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return fmt.Errorf("pod %s/%s: IPv6: %w", p.Spec.Namespace, p.Spec.Name, err)
+		}
+	}
+	return nil
+}
+
+// nthAfter returns the address n after a.
+func nthAfter(a netip.Addr, n int) netip.Addr {
+	for range n {
+		a = a.Next()
+	}
+	return a
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,6 +56,12 @@ type Spec struct {
 	// ClusterCIDR holds the pod CIDRs; node i gets the /24 number i+1 of it.
 	ClusterCIDR netip.Prefix
 	ServiceCIDR netip.Prefix
+	// DualStack adds IPv6 (dualstack.go): every namespace on the segment gets the address
+	// of Segment6 whose last group reads as its IPv4 address's last byte, the nodes' pod
+	// CIDRs of both families come from the node IPAM (ClusterCIDR's /24s, ClusterCIDR6's
+	// /64s) instead of the lab, and ServiceCIDR6 is the API server's second service CIDR.
+	DualStack                            bool
+	Segment6, ClusterCIDR6, ServiceCIDR6 netip.Prefix
 }
 
 // DefaultSpec is three nodes: node-a and node-c run nftproxy, node-b kube-proxy
@@ -93,6 +100,11 @@ func (s *Spec) defaults() error {
 	}
 	if !s.ClusterCIDR.Addr().Is4() || s.ClusterCIDR.Bits() > 16 {
 		return fmt.Errorf("cluster CIDR %s: want IPv4, /16 or wider", s.ClusterCIDR)
+	}
+	if s.DualStack {
+		if err := s.dualDefaults(); err != nil {
+			return err
+		}
 	}
 	if len(s.Nodes) > 200 {
 		return fmt.Errorf("%d nodes: at most 200", len(s.Nodes))
@@ -151,6 +163,9 @@ type Node struct {
 	Addr netip.Addr
 	// PodCIDR is the node's pod CIDR; its first address is the pods' gateway.
 	PodCIDR netip.Prefix
+	// Addr6 and PodCIDR6 are their IPv6 twins in a dual-stack lab, else zero.
+	Addr6    netip.Addr
+	PodCIDR6 netip.Prefix
 	// ProxyProcess is the running proxy, nil with NoProxy.
 	ProxyProcess *apiserver.Process
 
@@ -219,11 +234,21 @@ func (c *Cluster) build(ctx context.Context) error {
 	if err := plug(c.Segment, "cp", c.ControlPlane, netip.PrefixFrom(c.Spec.APIServerAddr.Addr(), bits)); err != nil {
 		return err
 	}
+	if c.Spec.DualStack {
+		if _, err := c.plug6(c.ControlPlane, c.Spec.APIServerAddr.Addr()); err != nil {
+			return err
+		}
+	}
 	if c.External, err = c.newNS("ext", nil); err != nil {
 		return err
 	}
 	if err := plug(c.Segment, "ext", c.External, netip.PrefixFrom(c.Spec.Gateway, bits)); err != nil {
 		return err
+	}
+	if c.Spec.DualStack {
+		if _, err := c.plug6(c.External, c.Spec.Gateway); err != nil {
+			return err
+		}
 	}
 	for _, ns := range c.Spec.Nodes {
 		if _, err := c.plugNode(ns); err != nil {
@@ -255,11 +280,18 @@ func (c *Cluster) build(ctx context.Context) error {
 // would, and the rest to the gateway: without a default route, traffic to a ClusterIP no
 // rule translates would fail routing before the forward hook, where kube-proxy rejects
 // Services without endpoints (and the kernel rate-limits its own unreachables).
+//
+// In a dual-stack lab the node gets its IPv6 address and default route too, and its pod
+// CIDRs and their routes wait for the node IPAM (registerNode).
 func (c *Cluster) plugNode(spec NodeSpec) (*Node, error) {
 	i := len(c.Nodes)
-	n := &Node{Spec: spec, Addr: c.nodeAddr(i), PodCIDR: c.podCIDR(i)}
+	n := &Node{Spec: spec, Addr: c.nodeAddr(i)}
+	sysctls := routerSysctls
+	if c.Spec.DualStack {
+		sysctls = append(slices.Clone(sysctls), router6Sysctls...)
+	}
 	var err error
-	if n.NS, err = c.newNS(spec.Name, routerSysctls); err != nil {
+	if n.NS, err = c.newNS(spec.Name, sysctls); err != nil {
 		return nil, err
 	}
 	if err := plug(c.Segment, fmt.Sprintf("n%d", i), n.NS, netip.PrefixFrom(n.Addr, c.Spec.Segment.Bits())); err != nil {
@@ -268,6 +300,17 @@ func (c *Cluster) plugNode(spec NodeSpec) (*Node, error) {
 	if err := addRoute(n.NS, "eth0", netip.Prefix{}, c.Spec.Gateway); err != nil {
 		return nil, err
 	}
+	if c.Spec.DualStack {
+		if n.Addr6, err = c.plug6(n.NS, n.Addr); err != nil {
+			return nil, err
+		}
+		if err := addRoute(n.NS, "eth0", netip.MustParsePrefix("::/0"), c.Spec.addr6(c.Spec.Gateway)); err != nil {
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, n)
+		return n, nil
+	}
+	n.PodCIDR = c.podCIDR(i)
 	for _, m := range c.Nodes {
 		if err := addRoute(n.NS, "eth0", m.PodCIDR, m.Addr); err != nil {
 			return nil, err
@@ -339,7 +382,7 @@ func (c *Cluster) startProxy(ctx context.Context, n *Node, extra ...string) erro
 		mode := map[Proxy]string{KubeProxyNftables: "nftables", KubeProxyIptables: "iptables"}[n.Spec.Proxy]
 		bin = c.Bin.KubeProxy
 		args = []string{"--proxy-mode=" + mode, "--kubeconfig=" + c.kubeconfigPath("system:kube-proxy"),
-			"--hostname-override=" + n.Spec.Name, "--cluster-cidr=" + c.Spec.ClusterCIDR.String(),
+			"--hostname-override=" + n.Spec.Name, "--cluster-cidr=" + c.Spec.ClusterCIDRs(),
 			"--healthz-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249",
 			"--oom-score-adj=0", "--v=2"}
 	}

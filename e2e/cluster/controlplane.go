@@ -106,7 +106,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file="+filepath.Join(dir, "sa.key"),
 		"--service-account-signing-key-file="+filepath.Join(dir, "sa.key"),
-		"--service-cluster-ip-range="+c.Spec.ServiceCIDR.String(),
+		"--service-cluster-ip-range="+c.Spec.ServiceCIDRs(),
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 		"--allow-privileged=true",
@@ -117,18 +117,17 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if err := apiserver.WaitReady(ctx, c.ControlPlane, c.Spec.APIServerAddr.String(), tokenOf("admin"), c.CACert, apiserverProc, etcd); err != nil {
 		return err
 	}
-	// The EndpointSlice controllers make the slices; the serviceaccount controller makes
-	// each namespace's default ServiceAccount, without which Pods are refused.
-	_, err = c.start(c.ControlPlane, "kube-controller-manager", c.Bin.ControllerManager,
-		"--kubeconfig="+c.kubeconfigPath("system:kube-controller-manager"),
-		"--controllers=endpointslice,endpointslicemirroring,serviceaccount",
+	args := append([]string{
+		"--kubeconfig=" + c.kubeconfigPath("system:kube-controller-manager"),
+		c.Spec.controllers(),
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1", "--secure-port=10257",
-		"--cert-dir="+filepath.Join(dir, "kcm-certs"),
+		"--cert-dir=" + filepath.Join(dir, "kcm-certs"),
 		"--profiling=false",
 		"--v=2",
-	)
+	}, c.Spec.nodeIPAMFlags()...)
+	_, err = c.start(c.ControlPlane, "kube-controller-manager", c.Bin.ControllerManager, args...)
 	return err
 }
 

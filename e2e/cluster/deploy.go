@@ -105,8 +105,8 @@ func (c *Cluster) deployFiles(ctx context.Context, n *Node) (config, kubeconfig 
 			return "", "", fmt.Errorf("deploy/configmap.yaml config.yaml: no %s to adjust", key)
 		}
 	}
-	cfg["clusterCIDR"] = c.Spec.ClusterCIDR.String()
-	cfg["serviceCIDR"] = c.Spec.ServiceCIDR.String()
+	cfg["clusterCIDR"] = c.Spec.ClusterCIDRs()
+	cfg["serviceCIDR"] = c.Spec.ServiceCIDRs()
 	// Several conntrack sysctls are global to the machine: leave them all (the command
 	// line's --conntrack-* flags say so too, and win).
 	cfg["conntrack"] = map[string]any{"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"}

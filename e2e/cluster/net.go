@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/nftproxy/nftproxy/e2e/lab"
 )
@@ -93,14 +94,19 @@ func plug(seg *lab.NS, port string, ns *lab.NS, addr netip.Prefix) error {
 	return addAddr(ns, "eth0", addr)
 }
 
-// addAddr adds addr to a link of ns.
+// addAddr adds addr to a link of ns. An IPv6 address skips duplicate address detection,
+// which would keep it unusable for a second: the lab knows its addresses are unique.
 func addAddr(ns *lab.NS, link string, addr netip.Prefix) error {
 	err := ns.Do(func() error {
 		l, err := netlink.LinkByName(link)
 		if err != nil {
 			return err
 		}
-		return netlink.AddrAdd(l, &netlink.Addr{IPNet: ipNet(addr)})
+		a := &netlink.Addr{IPNet: ipNet(addr)}
+		if addr.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD
+		}
+		return netlink.AddrAdd(l, a)
 	})
 	if err != nil {
 		return fmt.Errorf("netns %s: address %s on %s: %w", ns, addr, link, err)

@@ -21,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/nftproxy/nftproxy/e2e/cluster"
 )
@@ -38,13 +39,14 @@ func run() error {
 			"the nodes, NAME=PROXY comma separated; PROXY is nftproxy, kube-proxy-nftables, kube-proxy-iptables or none")
 		repo = flag.String("repo", ".", "the repository, where cmd/nftproxy and .cache/apiserver are")
 		demo = flag.Bool("demo", true, "create Service default/web (ClusterIP 172.30.0.10:80) with a pod on each of the first two nodes, and a client pod on every node")
+		dual = flag.Bool("dual-stack", false, "IPv6 too: segment fd00:192:168:80::/64, pod CIDRs from the node IPAM, services fd00:172:30::/112 (web is PreferDualStack)")
 	)
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return errors.New("needs root to create network namespaces")
 	}
 	spec := cluster.DefaultSpec()
-	spec.Nodes = nil
+	spec.Nodes, spec.DualStack = nil, *dual
 	for _, f := range strings.Split(*nodes, ",") {
 		name, proxy, ok := strings.Cut(strings.TrimSpace(f), "=")
 		if !ok {
@@ -130,7 +132,9 @@ func demoWorkload(ctx context.Context, c *cluster.Cluster) (*cluster.Pod, error)
 		Spec: v1.ServiceSpec{
 			ClusterIP: "172.30.0.10",
 			Selector:  web,
-			Ports:     []v1.ServicePort{{Name: "echo", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}},
+			// One ClusterIP per family the cluster has: the IPv4 one given, the IPv6 one allocated.
+			IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+			Ports:          []v1.ServicePort{{Name: "echo", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}},
 		},
 	}
 	// The API server makes its default ServiceCIDR just after start.
@@ -158,7 +162,11 @@ func describe(c *cluster.Cluster, client *cluster.Pod) {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tPOD CIDR\tPROXY\tENTER")
 	for _, n := range c.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tip netns exec %s bash\n", n.Spec.Name, n.Addr, n.PodCIDR, n.Spec.Proxy, n.Name())
+		addr, cidr := n.Addr.String(), n.PodCIDR.String()
+		if n.Addr6.IsValid() {
+			addr, cidr = addr+","+n.Addr6.String(), cidr+","+n.PodCIDR6.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tip netns exec %s bash\n", n.Spec.Name, addr, cidr, n.Spec.Proxy, n.Name())
 	}
 	_ = tw.Flush()
 	fmt.Printf("\nIn a node: `nft list ruleset`, `conntrack -L`; trace a packet through its live ruleset:\n")
