@@ -88,21 +88,48 @@ func (b *Builder) replaceElems(o *owner, frag *ruleset.Ruleset) {
 			refs = append(refs, elemRef{tab: t.idx, key: x.Key})
 		}
 	}
-	if len(old) == 0 {
-		o.elems = refs
-		return
-	}
-	keep := make(map[elemRef]bool, len(refs))
-	for _, r := range refs {
-		keep[r] = true
-	}
-	for _, r := range old {
-		if !keep[r] {
-			b.dropElem(b.elemTabs[r.tab], r.key, o)
-		}
+	if len(old) > 0 {
+		b.dropGone(o, old, refs)
 	}
 	o.elems = refs
 }
+
+// dropGone disowns the elements of old, o's previous elements, that refs, its
+// new ones, lack.
+func (b *Builder) dropGone(o *owner, old, refs []elemRef) {
+	if len(old)*len(refs) > dropScan {
+		keep := make(map[elemRef]bool, len(refs))
+		for _, r := range refs {
+			keep[r] = true
+		}
+		for _, r := range old {
+			if !keep[r] {
+				b.dropElem(b.elemTabs[r.tab], r.key, o)
+			}
+		}
+		return
+	}
+	// A Service's elements are a few dozen, mostly listed in the same order
+	// from one build to the next: a scan from where the last match was found
+	// allocates nothing.
+	j := 0
+	for _, r := range old {
+		found := false
+		for k := range refs {
+			if x := refs[(j+k)%len(refs)]; x == r {
+				found, j = true, (j+k+1)%len(refs)
+				break
+			}
+		}
+		if !found {
+			b.dropElem(b.elemTabs[r.tab], r.key, o)
+		}
+	}
+}
+
+// dropScan is the largest product of the old and new element counts for which
+// dropGone scans rather than maps; tests lower it to take the other path.
+var dropScan = 4096
 
 // putElem makes v o's version of element k of t, adding o to its owners when it
 // is not one yet.

@@ -52,3 +52,12 @@ func TestIndexIsFirstUpdate(t *testing.T) {
 		}
 	}
 }
+
+// TestDropGoneMapped runs the churn against the original Builder with every
+// rebuild's gone elements found through a map, the path of large Services.
+func TestDropGoneMapped(t *testing.T) {
+	saved := dropScan
+	dropScan = 0
+	defer func() { dropScan = saved }()
+	TestBuilderChurnMatchesOriginal(t)
+}
