@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -86,12 +87,11 @@ func applySet(ctx context.Context, c *Cluster, a, b, other *Node, s *peerSet) (*
 		ap.services[svc.Name] = created
 	}
 	// The allocator picks ClusterIPs at random: step over any that took the address.
-	for taken := true; taken; {
-		taken = slices.ContainsFunc(slices.Collect(maps.Values(ap.services)), func(svc *v1.Service) bool {
-			return svc.Spec.ClusterIP == s.unallocated.String()
-		})
-		if taken {
-			s.unallocated = s.unallocated.Next()
+	for _, un := range []*netip.Addr{&s.unallocated, &s.unallocated6} {
+		for un.IsValid() && slices.ContainsFunc(slices.Collect(maps.Values(ap.services)), func(svc *v1.Service) bool {
+			return slices.Contains(svc.Spec.ClusterIPs, un.String())
+		}) {
+			*un = un.Next()
 		}
 	}
 	return ap, nil

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // The differences between nftproxy and kube-proxy that docs/kube-proxy-differences.md
@@ -18,6 +21,7 @@ type explanation struct {
 
 var explanations = []explanation{
 	{"Hairpin connections to an endpoint on another node", remoteHairpin},
+	{"Source ranges of the other family only", rangesOfOtherFamily},
 }
 
 // explain returns the heading of the document that explains the difference, or "".
@@ -52,6 +56,21 @@ func remoteHairpin(pr probe, nftproxy, kubeProxy string) bool {
 	return strings.Join(fixed, " | ") == kubeProxy
 }
 
+// rangesOfOtherFamily: a packet to a load-balancer IP of a Service whose
+// loadBalancerSourceRanges hold none of the packet's family; nftproxy drops it,
+// kube-proxy lets it through as if the Service had no ranges.
+func rangesOfOtherFamily(pr probe, nftproxy, kubeProxy string) bool {
+	if pr.svc == nil || pr.dst != dstIngress || len(pr.svc.Spec.LoadBalancerSourceRanges) == 0 || nftproxy != "drop" {
+		return false
+	}
+	for _, r := range pr.svc.Spec.LoadBalancerSourceRanges {
+		if p, err := netip.ParsePrefix(r); err == nil && p.Addr().Is6() == pr.six {
+			return false
+		}
+	}
+	return kubeProxy != "drop"
+}
+
 // TestExplanations checks that each explanation accepts its own difference and nothing
 // near it: a masquerade elsewhere, another source, a verdict changed too.
 func TestExplanations(t *testing.T) {
@@ -75,6 +94,29 @@ func TestExplanations(t *testing.T) {
 	}
 	for _, tc := range cases {
 		if got := explain(tc.pr, tc.nftproxy, kp); got != tc.want {
+			t.Errorf("%s: explained by %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	ranged := func(ranges ...string) *v1.Service {
+		return &v1.Service{Spec: v1.ServiceSpec{LoadBalancerSourceRanges: ranges}}
+	}
+	lb := "accept forward to s0-twin1@here:8080"
+	ipv4Only, both := ranged("203.0.113.0/24"), ranged("203.0.113.0/24", "2001:db8:7::/64")
+	rangeCases := []struct {
+		name     string
+		pr       probe
+		nftproxy string
+		want     string
+	}{
+		{"IPv6 to a Service with IPv4 ranges only", probe{svc: ipv4Only, dst: dstIngress, src: srcOutsider, six: true},
+			"drop", "Source ranges of the other family only"},
+		{"IPv4 outside the ranges", probe{svc: ipv4Only, dst: dstIngress, src: srcOutsider}, "drop", ""},
+		{"IPv6 with IPv6 ranges too", probe{svc: both, dst: dstIngress, src: srcOutsider, six: true}, "drop", ""},
+		{"IPv6 to the ClusterIP", probe{svc: ipv4Only, dst: dstClusterIP, src: srcOutsider, six: true}, "drop", ""},
+		{"IPv6 rejected instead", probe{svc: ipv4Only, dst: dstIngress, src: srcOutsider, six: true}, "reject", ""},
+	}
+	for _, tc := range rangeCases {
+		if got := explain(tc.pr, tc.nftproxy, lb); got != tc.want {
 			t.Errorf("%s: explained by %q, want %q", tc.name, got, tc.want)
 		}
 	}

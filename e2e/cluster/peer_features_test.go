@@ -34,7 +34,7 @@ import (
 // are renamed per scenario, so that every scenario lives in the cluster at once and its
 // steps run in lockstep with the others'. The scenario's expectations are not used (its
 // config is not the lab's): only the two proxies' outcomes are compared. IPv6 objects
-// and packets are left out, the cluster being IPv4 only.
+// and packets are left out unless the cluster is dual-stack.
 
 // peerManagedBy marks the EndpointSlices the replay writes: the EndpointSlice
 // controller leaves slices of other managers alone.
@@ -69,7 +69,7 @@ func newReplay(c *Cluster, sc *features.Scenario, index int, hosts *int) *replay
 			r.phases = append(r.phases, replayPhase{update: st.Update})
 		case len(st.Delete) > 0:
 			r.phases = append(r.phases, replayPhase{deletes: st.Delete})
-		case st.Packet != nil && st.Packet.Family() == packet.IPv4:
+		case st.Packet != nil && (st.Packet.Family() == packet.IPv4 || c.Spec.DualStack):
 			last := &r.phases[len(r.phases)-1]
 			last.packets = append(last.packets, st)
 		}
@@ -110,7 +110,7 @@ func (r *replay) apply(ctx context.Context, c *Cluster, k int) error {
 				errs = append(errs, r.putService(ctx, c, svc))
 			}
 		case *discoveryv1.EndpointSlice:
-			if o.AddressType == discoveryv1.AddressTypeIPv4 {
+			if o.AddressType == discoveryv1.AddressTypeIPv4 || o.AddressType == discoveryv1.AddressTypeIPv6 && c.Spec.DualStack {
 				errs = append(errs, putSlice(ctx, c, r.tr.slice(o)))
 			}
 		} // Nodes and ServiceCIDRs: the lab has its own.
@@ -259,7 +259,8 @@ func (r *replay) compare(t *testing.T, steps []*features.Step, va, vb *peerView,
 						kinds[kind]++
 					}
 				}
-				tally.count(probe{src: origins[st.From], srcName: va.name(pa.Src.Addr())}, on, ok, func() {
+				pr := r.probeOf(st, pa, va)
+				tally.count(pr, on, ok, func() {
 					t.Errorf("unexplained difference: %s line %d (%s)\n  nftproxy   (%s): %s\n  kube-proxy (%s): %s",
 						r.sc.File, st.Line, st.Name, pa, on, pb, ok)
 				})
@@ -270,6 +271,20 @@ func (r *replay) compare(t *testing.T, steps []*features.Step, va, vb *peerView,
 		}
 	}
 	return len(steps)
+}
+
+// probeOf is the probe of a scenario packet p on view v, as far as explanations need it:
+// its source, and the Service whose load-balancer IP it is sent to.
+func (r *replay) probeOf(st *features.Step, p packet.Packet, v *peerView) probe {
+	pr := probe{src: origins[st.From], srcName: v.name(p.Src.Addr()), six: p.Src.Addr().Is6()}
+	for _, svc := range r.live {
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if ing.IP == p.Dst.Addr().String() {
+				pr.svc, pr.dst = svc, dstIngress
+			}
+		}
+	}
+	return pr
 }
 
 // applyPhase applies phase k of every replay still going (a replay the API refused is

@@ -45,8 +45,12 @@ type peerSet struct {
 	ingress map[string][]v1.LoadBalancerIngress
 	// externals counts the external IPs drawn: each Service has its own.
 	externals int
-	// unallocated is a service-CIDR address no Service of the set has.
-	unallocated netip.Addr
+	// unallocated is a service-CIDR address no Service of the set has; unallocated6 one
+	// of the IPv6 service CIDR in a dual-stack lab.
+	unallocated, unallocated6 netip.Addr
+	// dual says the set is for a dual-stack lab: its Services have IPv6 and dual-stack
+	// ones among them.
+	dual bool
 }
 
 // groups are the labels Services select pods by; a pod carries any of them.
@@ -67,9 +71,9 @@ var namedPorts = []struct {
 // genSet draws random set number index from seed. The client pods (a twin and an
 // other without labels) come first, so that every node has a source that is no
 // endpoint.
-func genSet(seed uint64, index int, serviceCIDR netip.Prefix) *peerSet {
+func genSet(seed uint64, index int, spec *Spec) *peerSet {
 	r := rand.New(rand.NewPCG(seed, uint64(index)))
-	s := &peerSet{index: index, ingress: map[string][]v1.LoadBalancerIngress{}}
+	s := &peerSet{index: index, ingress: map[string][]v1.LoadBalancerIngress{}, dual: spec.DualStack}
 	name := func(kind string, i int) string { return fmt.Sprintf("s%d-%s%d", index, kind, i) }
 	s.twins = append(s.twins, peerPod{name: name("client", 0), labels: map[string]string{}})
 	s.others = append(s.others, peerPod{name: name("client", 1), labels: map[string]string{}})
@@ -83,9 +87,12 @@ func genSet(seed uint64, index int, serviceCIDR netip.Prefix) *peerSet {
 		s.services = append(s.services, genService(r, s, name("svc", i)))
 	}
 	// An address of the service CIDR's upper half, which the allocator fills last.
-	a := serviceCIDR.Masked().Addr().As4()
+	a := spec.ServiceCIDR.Masked().Addr().As4()
 	a[2], a[3] = byte(200+r.IntN(50)), byte(1+r.IntN(250))
 	s.unallocated = netip.AddrFrom4(a)
+	if s.dual {
+		s.unallocated6 = withLast2(spec.ServiceCIDR6.Masked().Addr(), int(a[2]), a[3])
+	}
 	return s
 }
 
@@ -167,16 +174,62 @@ func genService(r *rand.Rand, s *peerSet, name string) *v1.Service {
 	if r.IntN(10) == 0 {
 		spec.PublishNotReadyAddresses = true
 	}
+	if s.dual {
+		genFamilies(r, svc)
+	}
 	if r.IntN(4) == 0 {
 		for range 1 + r.IntN(2) {
 			s.externals++
-			spec.ExternalIPs = append(spec.ExternalIPs, fmt.Sprintf("198.18.%d.%d", s.index, s.externals))
+			spec.ExternalIPs = append(spec.ExternalIPs, s.serviceAddr(r, svc, "198.18", "fd00:198:18", s.externals))
 		}
 	}
 	if spec.Type == v1.ServiceTypeLoadBalancer {
 		genLoadBalancer(r, s, svc)
 	}
 	return svc
+}
+
+// genFamilies draws the IP families of a Service of a dual-stack set: half keep the
+// default (IPv4, the cluster's first family), the others are IPv6 only, prefer dual
+// stack or require it, IPv6 first or not.
+func genFamilies(r *rand.Rand, svc *v1.Service) {
+	spec := &svc.Spec
+	switch n := r.IntN(10); {
+	case n < 5:
+	case n < 7:
+		spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicySingleStack)
+		spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol}
+	case n < 8:
+		spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyPreferDualStack)
+	default:
+		spec.IPFamilyPolicy = ptr.To(v1.IPFamilyPolicyRequireDualStack)
+		if r.IntN(2) == 0 {
+			spec.IPFamilies = []v1.IPFamily{v1.IPv6Protocol, v1.IPv4Protocol}
+		}
+	}
+}
+
+// families are the IP families a Service gets: as genFamilies drew them, the
+// allocator's order aside.
+func families(svc *v1.Service) (v4, v6 bool) {
+	switch {
+	case svc.Spec.IPFamilyPolicy == nil:
+		return true, false
+	case *svc.Spec.IPFamilyPolicy == v1.IPFamilyPolicySingleStack:
+		return false, true
+	}
+	return true, true
+}
+
+// serviceAddr is the external or load-balancer address number n of the set, of one of
+// the Service's families at random: v4 is the prefix of an IPv4 one (A.B.index.n), v6
+// of an IPv6 one (P:index::n).
+func (s *peerSet) serviceAddr(r *rand.Rand, svc *v1.Service, v4, v6 string, n int) string {
+	has4, has6 := families(svc)
+	if has6 && (!has4 || r.IntN(2) == 0) {
+		return fmt.Sprintf("%s:%d::%d", v6, s.index, n)
+	}
+	return fmt.Sprintf("%s.%d.%d", v4, s.index, n)
 }
 
 // genPorts draws one to three ports of distinct names and (port, protocol) pairs.
@@ -215,12 +268,17 @@ func genLoadBalancer(r *rand.Rand, s *peerSet, svc *v1.Service) {
 	if r.IntN(5) < 2 {
 		spec.LoadBalancerSourceRanges = pick(r, weighted[[]string]{1, []string{"203.0.113.0/24"}},
 			weighted[[]string]{1, []string{"203.0.113.0/25", "192.168.80.0/24"}})
+		// IPv6 ranges beside them, or none: ranges of one family only on a Service with
+		// IPv6 addresses are a documented difference.
+		if _, has6 := families(svc); has6 && r.IntN(3) > 0 {
+			spec.LoadBalancerSourceRanges = append(spec.LoadBalancerSourceRanges, "2001:db8:7::/64", "fd00:192:168:80::/64")
+		}
 	}
 	if r.IntN(5) == 0 {
 		spec.AllocateLoadBalancerNodePorts = ptr.To(false)
 	}
 	for i := range 1 + r.IntN(2) {
-		ing := v1.LoadBalancerIngress{IP: fmt.Sprintf("100.64.%d.%d", s.index, len(s.ingress)*4+i+1)}
+		ing := v1.LoadBalancerIngress{IP: s.serviceAddr(r, svc, "100.64", "fd00:100:64", len(s.ingress)*4+i+1)}
 		if r.IntN(7) == 0 {
 			ing.IPMode = ptr.To(v1.LoadBalancerIPModeProxy)
 		} else if r.IntN(2) == 0 {

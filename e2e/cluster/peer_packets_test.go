@@ -54,10 +54,13 @@ var affinityNames = []string{"", ", a second connection", ", a connection within
 	", a connection after the affinity timeout"}
 
 // The external clients' addresses: 203.0.113.0/25 is in every source range the
-// generator draws, 198.51.100.0/24 in none.
+// generator draws, 198.51.100.0/24 in none; 2001:db8:7::/64 is in every IPv6 range it
+// draws, 2001:db8:9::/64 in none.
 var (
-	allowedClient  = netip.MustParseAddr("203.0.113.7")
-	outsiderClient = netip.MustParseAddr("198.51.100.9")
+	allowedClient   = netip.MustParseAddr("203.0.113.7")
+	outsiderClient  = netip.MustParseAddr("198.51.100.9")
+	allowedClient6  = netip.MustParseAddr("2001:db8:7::7")
+	outsiderClient6 = netip.MustParseAddr("2001:db8:9::9")
 )
 
 // probe is one packet, told abstractly: it becomes a concrete packet on each node.
@@ -76,6 +79,8 @@ type probe struct {
 	addr     netip.Addr // the destination, unless it is the node's own (NodePort)
 	dport    uint16
 	proto    packet.Protocol
+	// six says the probe is IPv6: its source and a node's address are then IPv6.
+	six bool
 }
 
 func (pr probe) String() string {
@@ -83,7 +88,11 @@ func (pr probe) String() string {
 	if pr.svc != nil {
 		svc = fmt.Sprintf("service %s port %s (%s)", pr.svc.Name, pr.port.Name, describeService(pr.svc))
 	}
-	return fmt.Sprintf("%s from %s (%s) to %s%s", svc, pr.src, pr.srcName, pr.dst, affinityNames[pr.affinity])
+	fam := ""
+	if pr.six {
+		fam = " over IPv6"
+	}
+	return fmt.Sprintf("%s from %s (%s) to %s%s%s", svc, pr.src, pr.srcName, pr.dst, affinityNames[pr.affinity], fam)
 }
 
 // describeService says what sets a Service apart, for messages.
@@ -124,43 +133,20 @@ func describeService(svc *v1.Service) string {
 var protocols = map[v1.Protocol]packet.Protocol{v1.ProtocolTCP: packet.TCP, v1.ProtocolUDP: packet.UDP, v1.ProtocolSCTP: packet.SCTP}
 
 // probes returns every probe of an applied set: each destination of each Service port
-// from every source. other is the address of a node that is not compared.
-func (ap *applied) probes(other netip.Addr) []probe {
+// over each of its families from every source of the family. other is a node that is
+// not compared.
+func (ap *applied) probes(other *Node) []probe {
 	var dsts []probe
 	for _, tmpl := range ap.set.services {
 		svc := ap.services[tmpl.Name]
-		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
-		for _, sp := range svc.Spec.Ports {
-			proto := protocols[sp.Protocol]
-			affinity := svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP
-			at := func(dst string, addr netip.Addr, port int32, proto packet.Protocol) {
-				pr := probe{svc: svc, port: sp, dst: dst, addr: addr, dport: uint16(port), proto: proto}
-				dsts = append(dsts, pr)
-				if affinity && dst != dstWrongPort && dst != dstOtherProto && dst != dstOtherNode {
-					for a := affinitySecond; a <= affinityExpired; a++ {
-						pr.affinity = a
-						dsts = append(dsts, pr)
-					}
-				}
-			}
-			at(dstClusterIP, ip, sp.Port, proto)
-			at(dstWrongPort, ip, 7, proto)
-			if other := otherProtocol(svc, sp); other != 0 {
-				at(dstOtherProto, ip, sp.Port, other)
-			}
-			if sp.NodePort != 0 {
-				at(dstNodePort, netip.Addr{}, sp.NodePort, proto)
-				at(dstOtherNode, other, sp.NodePort, proto)
-			}
-			for _, ing := range svc.Status.LoadBalancer.Ingress {
-				at(dstIngress, netip.MustParseAddr(ing.IP), sp.Port, proto)
-			}
-			for _, e := range svc.Spec.ExternalIPs {
-				at(dstExternalIP, netip.MustParseAddr(e), sp.Port, proto)
-			}
+		for _, ip := range svc.Spec.ClusterIPs {
+			dsts = append(dsts, ap.serviceProbes(svc, netip.MustParseAddr(ip), other)...)
 		}
 	}
 	dsts = append(dsts, probe{dst: dstUnallocated, addr: ap.set.unallocated, dport: 80, proto: packet.TCP})
+	if ap.set.unallocated6.IsValid() {
+		dsts = append(dsts, probe{dst: dstUnallocated, addr: ap.set.unallocated6, dport: 80, proto: packet.TCP, six: true})
+	}
 	var out []probe
 	for _, d := range dsts {
 		for i, tw := range ap.set.twins {
@@ -169,10 +155,57 @@ func (ap *applied) probes(other netip.Addr) []probe {
 		for i, o := range ap.set.others {
 			out = append(out, d.from(srcRemote, i, o.name))
 		}
-		out = append(out, d.from(srcNode, 0, "this node"), d.from(srcAllowed, 0, allowedClient.String()),
-			d.from(srcOutsider, 0, outsiderClient.String()), d.from(srcGateway, 0, "node "+gatewayName))
+		allowed, outsider := allowedClient, outsiderClient
+		if d.six {
+			allowed, outsider = allowedClient6, outsiderClient6
+		}
+		out = append(out, d.from(srcNode, 0, "this node"), d.from(srcAllowed, 0, allowed.String()),
+			d.from(srcOutsider, 0, outsider.String()), d.from(srcGateway, 0, "node "+gatewayName))
 	}
 	return out
+}
+
+// serviceProbes returns the destinations of a Service over the family of its ClusterIP
+// ip: each of its ports at the ClusterIP, a port it lacks, the other protocol, the node
+// ports on this node and other, and its load-balancer and external IPs of the family.
+func (ap *applied) serviceProbes(svc *v1.Service, ip netip.Addr, other *Node) []probe {
+	var dsts []probe
+	six := ip.Is6()
+	otherAddr := nodeAddr(other, ip)
+	for _, sp := range svc.Spec.Ports {
+		proto := protocols[sp.Protocol]
+		affinity := svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP
+		at := func(dst string, addr netip.Addr, port int32, proto packet.Protocol) {
+			pr := probe{svc: svc, port: sp, dst: dst, addr: addr, dport: uint16(port), proto: proto, six: six}
+			dsts = append(dsts, pr)
+			if affinity && dst != dstWrongPort && dst != dstOtherProto && dst != dstOtherNode {
+				for a := affinitySecond; a <= affinityExpired; a++ {
+					pr.affinity = a
+					dsts = append(dsts, pr)
+				}
+			}
+		}
+		at(dstClusterIP, ip, sp.Port, proto)
+		at(dstWrongPort, ip, 7, proto)
+		if other := otherProtocol(svc, sp); other != 0 {
+			at(dstOtherProto, ip, sp.Port, other)
+		}
+		if sp.NodePort != 0 {
+			at(dstNodePort, netip.Addr{}, sp.NodePort, proto)
+			at(dstOtherNode, otherAddr, sp.NodePort, proto)
+		}
+		for _, ing := range svc.Status.LoadBalancer.Ingress {
+			if a := netip.MustParseAddr(ing.IP); a.Is6() == six {
+				at(dstIngress, a, sp.Port, proto)
+			}
+		}
+		for _, e := range svc.Spec.ExternalIPs {
+			if a := netip.MustParseAddr(e); a.Is6() == six {
+				at(dstExternalIP, a, sp.Port, proto)
+			}
+		}
+	}
+	return dsts
 }
 
 func (pr probe) from(src string, pod int, name string) probe {
@@ -203,10 +236,11 @@ type peerView struct {
 	// other compared node are its name with "@here" and "@peer" on both nodes.
 	names map[netip.Addr]string
 	// peerCIDR is the other compared node's pod CIDR: pods without a name are named by
-	// their host number and node.
-	peerCIDR netip.Prefix
-	// gateway is the nodes' gateway, a client on their network.
-	gateway netip.Addr
+	// their host number and node; peerCIDR6 its IPv6 one in a dual-stack lab.
+	peerCIDR, peerCIDR6 netip.Prefix
+	// gateway is the nodes' gateway, a client on their network; gateway6 its IPv6
+	// address in a dual-stack lab.
+	gateway, gateway6 netip.Addr
 }
 
 // gatewayName is the name of the nodes' gateway.
@@ -218,12 +252,19 @@ func newPeerView(ctx context.Context, n *Node, side int, ap *applied, c *Cluster
 		return nil, err
 	}
 	v.ap = ap
+	// A pod's IPv6 address has its name too: a packet keeps its family.
 	for i, pair := range ap.twins {
-		v.names[pair[side].Addr] = ap.set.twins[i].name + "@here"
-		v.names[pair[1-side].Addr] = ap.set.twins[i].name + "@peer"
+		for _, a := range pair[side].Addrs() {
+			v.names[a] = ap.set.twins[i].name + "@here"
+		}
+		for _, a := range pair[1-side].Addrs() {
+			v.names[a] = ap.set.twins[i].name + "@peer"
+		}
 	}
 	for _, p := range ap.others {
-		v.names[p.Addr] = p.Spec.Name
+		for _, a := range p.Addrs() {
+			v.names[a] = p.Spec.Name
+		}
 	}
 	return v, nil
 }
@@ -242,36 +283,55 @@ func liveView(ctx context.Context, n *Node, side int, c *Cluster) (*peerView, er
 	for _, m := range c.Nodes {
 		v.names[m.Addr] = "node " + m.Spec.Name
 		v.names[m.PodCIDR.Addr().Next()] = "pod gateway of " + m.Spec.Name
+		if m.Addr6.IsValid() {
+			v.names[m.Addr6] = "node " + m.Spec.Name
+			v.names[m.PodCIDR6.Addr().Next()] = "pod gateway of " + m.Spec.Name
+		}
 	}
 	v.names[n.Addr] = "this node"
 	v.names[n.PodCIDR.Addr().Next()] = "this node's pod gateway"
-	v.peerCIDR = c.Node(comparedNodes[1-side]).PodCIDR
+	peer := c.Node(comparedNodes[1-side])
+	v.peerCIDR = peer.PodCIDR
 	v.gateway = c.Spec.Gateway
 	v.names[c.Spec.Gateway] = "node " + gatewayName
+	if c.Spec.DualStack {
+		v.names[n.Addr6] = "this node"
+		v.names[n.PodCIDR6.Addr().Next()] = "this node's pod gateway"
+		v.peerCIDR6, v.gateway6 = peer.PodCIDR6, c.Spec.addr6(c.Spec.Gateway)
+		v.names[v.gateway6] = "node " + gatewayName
+	}
 	return v, nil
 }
 
 // packet is the probe on this node.
 func (v *peerView) packet(pr probe, sport uint16) packet.Packet {
 	p := packet.Packet{Protocol: pr.proto, Dst: netip.AddrPortFrom(pr.addr, pr.dport)}
+	// pick is the address of the probe's family.
+	pick := func(a4, a6 netip.Addr) netip.Addr {
+		if pr.six {
+			return a6
+		}
+		return a4
+	}
 	if pr.dst == dstNodePort {
-		p.Dst = netip.AddrPortFrom(v.node.Addr, pr.dport)
+		p.Dst = netip.AddrPortFrom(pick(v.node.Addr, v.node.Addr6), pr.dport)
 	}
 	var src netip.Addr
 	switch pr.src {
 	case srcPod:
 		pod := v.ap.twins[pr.pod][v.side]
-		src, p.IIf = pod.Addr, pod.HostVeth
+		src, p.IIf = pick(pod.Addr, pod.Addr6), pod.HostVeth
 	case srcRemote:
-		src, p.IIf = v.ap.others[pr.pod].Addr, "eth0"
+		pod := v.ap.others[pr.pod]
+		src, p.IIf = pick(pod.Addr, pod.Addr6), "eth0"
 	case srcNode:
-		src = v.node.Addr
+		src = pick(v.node.Addr, v.node.Addr6)
 	case srcAllowed:
-		src, p.IIf = allowedClient, "eth0"
+		src, p.IIf = pick(allowedClient, allowedClient6), "eth0"
 	case srcOutsider:
-		src, p.IIf = outsiderClient, "eth0"
+		src, p.IIf = pick(outsiderClient, outsiderClient6), "eth0"
 	case srcGateway:
-		src, p.IIf = v.gateway, "eth0"
+		src, p.IIf = pick(v.gateway, v.gateway6), "eth0"
 	}
 	p.Src = netip.AddrPortFrom(src, sport)
 	return p
@@ -283,12 +343,21 @@ func (v *peerView) name(a netip.Addr) string {
 		return n
 	}
 	switch {
-	case v.node.PodCIDR.Contains(a):
-		return fmt.Sprintf("pod .%d@here", a.As4()[3])
-	case v.peerCIDR.Contains(a):
-		return fmt.Sprintf("pod .%d@peer", a.As4()[3])
+	case v.node.PodCIDR.Contains(a) || v.node.PodCIDR6.Contains(a):
+		return fmt.Sprintf("pod %s.%d@here", family(a), a.As16()[15])
+	case v.peerCIDR.Contains(a) || v.peerCIDR6.Contains(a):
+		return fmt.Sprintf("pod %s.%d@peer", family(a), a.As16()[15])
 	}
 	return a.String()
+}
+
+// family is "" for an IPv4 address and "v6" for an IPv6 one: canonical names keep the
+// family, so that an endpoint reached over the other family is a difference.
+func family(a netip.Addr) string {
+	if a.Is6() {
+		return "v6"
+	}
+	return ""
 }
 
 // outcome traces the probe and returns its outcome class: the distinct outcomes of its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -49,10 +50,10 @@ func (w *realWorld) stop() error {
 	return errors.Join(errs...)
 }
 
-// nodeOf returns the node whose pod CIDR holds a, or nil.
+// nodeOf returns the node whose pod CIDR (of either family) holds a, or nil.
 func (w *realWorld) nodeOf(a netip.Addr) *Node {
 	for _, n := range w.c.Nodes {
-		if n.PodCIDR.Contains(a) {
+		if n.PodCIDR.Contains(a) || n.PodCIDR6.Contains(a) {
 			return n
 		}
 	}
@@ -69,18 +70,24 @@ func (w *realWorld) pod(a netip.Addr) (*lab.NS, error) {
 	if n == nil {
 		return nil, fmt.Errorf("pod %s: in no node's pod CIDR", a)
 	}
-	ns, err := w.c.newNS(fmt.Sprintf("real-%d-%d", a.As4()[2], a.As4()[3]), nil)
+	b := a.As16()
+	name, veth := fmt.Sprintf("real-%d-%d", b[14], b[15]), fmt.Sprintf("vreal%d", b[15])
+	gw, deflt := n.PodCIDR.Addr().Next(), netip.Prefix{}
+	if a.Is6() {
+		name, veth = fmt.Sprintf("real6-%d-%d", b[7], b[15]), fmt.Sprintf("vreal6-%d", b[15])
+		gw, deflt = n.PodCIDR6.Addr().Next(), netip.MustParsePrefix("::/0")
+	}
+	ns, err := w.c.newNS(name, nil)
 	if err != nil {
 		return nil, err
 	}
 	w.pods[a] = ns
-	gw, veth := n.PodCIDR.Addr().Next(), fmt.Sprintf("vreal%d", a.As4()[3])
 	steps := []func() error{
 		func() error { return addVeth(n.NS, veth, ns, "eth0") },
-		func() error { return addAddr(n.NS, veth, netip.PrefixFrom(gw, 32)) },
-		func() error { return addRoute(n.NS, veth, netip.PrefixFrom(a, 32), netip.Addr{}) },
-		func() error { return addAddr(ns, "eth0", netip.PrefixFrom(a, 32)) },
-		func() error { return addRoute(ns, "eth0", netip.Prefix{}, gw) },
+		func() error { return addAddr(n.NS, veth, netip.PrefixFrom(gw, gw.BitLen())) },
+		func() error { return addRoute(n.NS, veth, netip.PrefixFrom(a, a.BitLen()), netip.Addr{}) },
+		func() error { return addAddr(ns, "eth0", netip.PrefixFrom(a, a.BitLen())) },
+		func() error { return addRoute(ns, "eth0", deflt, gw) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -95,7 +102,7 @@ func (w *realWorld) pod(a netip.Addr) (*lab.NS, error) {
 func (w *realWorld) serve(a netip.Addr, ports []lab.EchoPort) error {
 	var ns *lab.NS
 	for _, n := range w.c.Nodes {
-		if n.Addr == a {
+		if n.Addr == a || n.Addr6 == a {
 			ns = n.NS
 		}
 	}
@@ -176,17 +183,21 @@ func (w *realWorld) client(from features.Origin, p packet.Packet, n *Node) (real
 		ns, err := w.pod(src)
 		return realClient{ns: ns, src: src}, "", err
 	case features.FromNode:
-		return realClient{ns: n.NS, src: n.Addr}, "", nil
+		return realClient{ns: n.NS, src: nodeAddr(n, src)}, "", nil
 	case features.FromExternal:
 		s := w.c.Spec
-		if src == s.Gateway {
+		if src == s.Gateway || s.DualStack && src == s.addr6(s.Gateway) {
 			return realClient{ns: w.c.External, src: src}, "", nil
 		}
-		if s.Segment.Contains(src) || s.ClusterCIDR.Contains(src) || s.ServiceCIDR.Contains(src) || !src.Is4() {
+		if src.Is6() && !s.DualStack {
+			return realClient{}, "IPv6 (the lab is IPv4 only)", nil
+		}
+		lab := []netip.Prefix{s.Segment, s.ClusterCIDR, s.ServiceCIDR, s.Segment6, s.ClusterCIDR6, s.ServiceCIDR6}
+		if slices.ContainsFunc(lab, func(p netip.Prefix) bool { return p.Contains(src) }) {
 			return realClient{}, "an external source inside the lab's own networks", nil
 		}
 		if !w.extSrcs[src] {
-			if err := addAddr(w.c.External, "lo", netip.PrefixFrom(src, 32)); err != nil {
+			if err := addAddr(w.c.External, "lo", netip.PrefixFrom(src, src.BitLen())); err != nil {
 				return realClient{}, "", err
 			}
 			w.extSrcs[src] = true
@@ -209,6 +220,16 @@ func (w *realWorld) routeVia(n *Node) error {
 		{other.NS, netip.MustParsePrefix("100.65.0.0/16")}, // the translator's other Service addresses
 		{w.c.External, netip.MustParsePrefix("0.0.0.0/0")},
 	}
+	if w.c.Spec.DualStack {
+		routes = append(routes, []struct {
+			ns  *lab.NS
+			dst netip.Prefix
+		}{
+			{other.NS, w.c.Spec.ServiceCIDR6},
+			{other.NS, otherServices6},
+			{w.c.External, netip.MustParsePrefix("::/0")},
+		}...)
+	}
 	for _, r := range routes {
 		err := r.ns.Do(func() error {
 			l, err := netlink.LinkByName("eth0")
@@ -216,7 +237,7 @@ func (w *realWorld) routeVia(n *Node) error {
 				return err
 			}
 			return netlink.RouteReplace(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(r.dst),
-				Gw: net.IP(n.Addr.AsSlice()), Flags: int(netlink.FLAG_ONLINK)})
+				Gw: net.IP(nodeAddr(n, r.dst.Addr()).AsSlice()), Flags: int(netlink.FLAG_ONLINK)})
 		})
 		if err != nil {
 			return fmt.Errorf("netns %s: route %s via %s: %w", r.ns, r.dst, n.Spec.Name, err)

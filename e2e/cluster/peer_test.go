@@ -23,8 +23,10 @@ import (
 // alike), and each node is a zone of its own; what is local, in-zone or on-node to one
 // node is then exactly the twin of what is to the other, and the canonical names
 // "NAME@here" and "NAME@peer" make the outcomes comparable. Remote pods run on a third
-// node, the same for both. Then every feature scenario is replayed the same way
-// (peer_features_test.go); NFTPROXY_PEER_FEATURES=0 leaves them out.
+// node, the same for both. The cluster is dual-stack: a set's Services are IPv4, IPv6
+// or dual-stack, and each destination is probed over every family its Service has.
+// Then every feature scenario is replayed the same way, its IPv6 objects and packets
+// too (peer_features_test.go); NFTPROXY_PEER_FEATURES=0 leaves them out.
 
 // peerSeedAndSets returns the suite's inputs: NFTPROXY_PEER_SEED and
 // NFTPROXY_PEER_SETS override them (CI runs the defaults).
@@ -50,6 +52,8 @@ func peerSeedAndSets(t *testing.T) (uint64, int) {
 // peerTally counts what the suite compared.
 type peerTally struct {
 	scenarios, packets, differences, unexplained int
+	// packets6 counts the IPv6 packets among packets.
+	packets6 int
 	// byReason counts the explained differences by the document's heading.
 	byReason map[string]int
 	// kinds counts kube-proxy's outcomes by kind (outcomeKinds), and the endpoints the
@@ -59,8 +63,8 @@ type peerTally struct {
 }
 
 func (p peerTally) String() string {
-	return fmt.Sprintf("peer conformance: %d scenarios, %d packets compared, %d differences, %d unexplained",
-		p.scenarios, p.packets, p.differences, p.unexplained)
+	return fmt.Sprintf("peer conformance: %d scenarios, %d packets compared (%d IPv6), %d differences, %d unexplained",
+		p.scenarios, p.packets, p.packets6, p.differences, p.unexplained)
 }
 
 // TestPeerConformance compares nftproxy's live ruleset with kube-proxy's over random
@@ -69,7 +73,7 @@ func TestPeerConformance(t *testing.T) {
 	seed, sets := peerSeedAndSets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3+sets)*time.Minute)
 	defer cancel()
-	spec := Spec{Nodes: []NodeSpec{
+	spec := Spec{DualStack: true, Nodes: []NodeSpec{
 		{Name: "node-a", Proxy: NftProxy},
 		{Name: "node-b", Proxy: KubeProxyNftables},
 		{Name: "node-c", Proxy: NoProxy}, // hosts the remote pods
@@ -88,7 +92,7 @@ func TestPeerConformance(t *testing.T) {
 		fmt.Println(tally)
 	})
 	for i := range sets {
-		s := genSet(seed, i, c.Spec.ServiceCIDR)
+		s := genSet(seed, i, &c.Spec)
 		start := time.Now()
 		ap, err := applySet(ctx, c, a, b, other, s)
 		if err == nil {
@@ -122,6 +126,9 @@ func TestPeerConformance(t *testing.T) {
 	if tally.packets < 10000 && sets >= 5 {
 		t.Errorf("%d packets compared, want at least 10000", tally.packets)
 	}
+	if tally.packets6 == 0 {
+		t.Errorf("no IPv6 packet compared")
+	}
 	for _, kind := range append(outcomeKinds, "endpoints hinted for a zone", "endpoints hinted for a node") {
 		if tally.kinds[kind] == 0 && sets >= 5 {
 			t.Errorf("none of %q in the sets (kube-proxy's outcomes, the controller's hints): they do not cover it", kind)
@@ -132,6 +139,9 @@ func TestPeerConformance(t *testing.T) {
 // count counts one compared packet; report is called for an unexplained difference.
 func (p *peerTally) count(pr probe, nftproxy, kubeProxy string, report func()) {
 	p.packets++
+	if pr.six {
+		p.packets6++
+	}
 	if nftproxy == kubeProxy {
 		return
 	}
@@ -160,7 +170,7 @@ func comparePeers(ctx context.Context, t *testing.T, c *Cluster, ap *applied, nf
 		return 0, err
 	}
 	shown := 0
-	probes := ap.probes(c.Node(otherNode).Addr)
+	probes := ap.probes(c.Node(otherNode))
 	for _, pr := range probes {
 		on, err := vn.outcome(pr)
 		if err != nil {

@@ -54,19 +54,40 @@ func (tr *translator) name(ns, name string) string {
 }
 
 // serviceAddr maps a ClusterIP (or service-CIDR address) to 172.30.(64+index).N and
-// any other Service address (external, load balancer) to 100.65.index.N.
+// any other Service address (external, load balancer) to 100.65.index.N; an IPv6 one
+// to the same last two bytes in the lab's IPv6 service CIDR, or in otherServices6.
 func (tr *translator) serviceAddr(a netip.Addr, clusterIP bool) netip.Addr {
 	if m, ok := tr.addrs[a]; ok {
 		return m
 	}
 	n := byte(len(tr.addrs) + 1)
 	m := netip.AddrFrom4([4]byte{100, 65, byte(tr.index), n})
-	if clusterIP {
+	switch {
+	case a.Is6() && clusterIP:
+		m = withLast2(tr.c.Spec.ServiceCIDR6.Addr(), 64+tr.index, n)
+	case a.Is6():
+		m = withLast2(otherServices6.Addr(), tr.index, n)
+	case clusterIP:
 		m = netip.AddrFrom4([4]byte{172, 30, byte(64 + tr.index), n})
 	}
 	tr.addrs[a] = m
 	return m
 }
+
+// otherServices6 holds the IPv6 external and load-balancer addresses of the replay, as
+// 100.65.0.0/16 does the IPv4 ones: outside every network of the lab.
+var otherServices6 = netip.MustParsePrefix("fd00:100:65::/48")
+
+// withLast2 returns the IPv6 address a with its last two bytes hi and lo.
+func withLast2(a netip.Addr, hi int, lo byte) netip.Addr {
+	b := a.As16()
+	b[14], b[15] = byte(hi), lo
+	return netip.AddrFrom16(b)
+}
+
+// keeps reports whether the replay keeps an address of a's family: IPv4 always, IPv6 in
+// a dual-stack lab.
+func (tr *translator) keeps(a netip.Addr) bool { return a.Is4() || tr.c.Spec.DualStack }
 
 // nodePort maps a node port to 30000 + 40*index + N.
 func (tr *translator) nodePort(p int32) int32 {
@@ -86,8 +107,14 @@ func (tr *translator) isServiceCIDR(a netip.Addr) bool {
 	return slices.ContainsFunc(tr.sc.Config.ServiceCIDRs, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
-// isPod reports whether a is a pod address of the scenario: in its cluster CIDRs.
+// isPod reports whether a is a pod address of the scenario: in its cluster CIDRs or
+// its node's pod CIDRs, or, where it has no cluster CIDR of a's family (a scenario
+// without a local-traffic detector of the family), any address but its node's.
 func (tr *translator) isPod(a netip.Addr) bool {
+	if !slices.ContainsFunc(tr.sc.Config.ClusterCIDRs, func(p netip.Prefix) bool { return p.Addr().Is6() == a.Is6() }) &&
+		!tr.isNode(a) && !tr.isServiceCIDR(a) {
+		return true
+	}
 	return slices.ContainsFunc(tr.sc.Config.ClusterCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) ||
 		slices.ContainsFunc(tr.sc.Node.PodCIDRs, func(p netip.Prefix) bool { return p.Contains(a) })
 }
@@ -95,7 +122,7 @@ func (tr *translator) isPod(a netip.Addr) bool {
 func (tr *translator) isNode(a netip.Addr) bool { return slices.Contains(tr.sc.Node.Addresses, a) }
 
 // podAddr is the lab address of scenario pod a: on the compared node of side (0 or 1),
-// or on node-c for side -1.
+// or on node-c for side -1, in the node's pod CIDR of a's family.
 func (tr *translator) podAddr(a netip.Addr, side int) netip.Addr {
 	h, ok := tr.pods[a]
 	if !ok {
@@ -109,12 +136,24 @@ func (tr *translator) podAddr(a netip.Addr, side int) netip.Addr {
 	if side >= 0 {
 		node = comparedNodes[side]
 	}
+	if a.Is6() {
+		return withLast2(tr.c.Node(node).PodCIDR6.Addr(), 0, byte(h))
+	}
 	b := tr.c.Node(node).PodCIDR.Addr().As4()
 	b[3] = byte(h)
 	return netip.AddrFrom4(b)
 }
 
-// service translates a Service, IPv4 only; nil when it has no IPv4 left.
+// nodeAddr is the address of the lab's node of a's family.
+func nodeAddr(n *Node, a netip.Addr) netip.Addr {
+	if a.Is6() {
+		return n.Addr6
+	}
+	return n.Addr
+}
+
+// service translates a Service, IPv4 only unless the lab is dual-stack; nil when it has
+// no ClusterIP left. Its IP families follow its ClusterIPs'.
 func (tr *translator) service(in *v1.Service) *v1.Service {
 	svc := in.DeepCopy()
 	svc.ObjectMeta = objectMeta(tr.name(in.Namespace, in.Name), in.Labels)
@@ -123,15 +162,22 @@ func (tr *translator) service(in *v1.Service) *v1.Service {
 	spec.IPFamilies, spec.IPFamilyPolicy = nil, nil
 	if (spec.ClusterIP != "" || len(spec.ClusterIPs) > 0) && spec.ClusterIP != v1.ClusterIPNone {
 		var ips []string
+		var fams []v1.IPFamily
 		for _, s := range append([]string{spec.ClusterIP}, spec.ClusterIPs...) {
-			if a, err := netip.ParseAddr(s); err == nil && a.Is4() && !slices.Contains(ips, tr.serviceAddr(a, true).String()) {
-				ips = append(ips, tr.serviceAddr(a, true).String())
+			a, err := netip.ParseAddr(s)
+			fam := map[bool]v1.IPFamily{true: v1.IPv4Protocol, false: v1.IPv6Protocol}[a.Is4()]
+			if err == nil && tr.keeps(a) && !slices.Contains(fams, fam) {
+				ips, fams = append(ips, tr.serviceAddr(a, true).String()), append(fams, fam)
 			}
 		}
 		if len(ips) == 0 {
 			return nil
 		}
-		spec.ClusterIP, spec.ClusterIPs = ips[0], ips[:1]
+		spec.ClusterIP, spec.ClusterIPs = ips[0], ips
+		if tr.c.Spec.DualStack {
+			policy := map[bool]v1.IPFamilyPolicy{true: v1.IPFamilyPolicyRequireDualStack, false: v1.IPFamilyPolicySingleStack}[len(ips) == 2]
+			spec.IPFamilies, spec.IPFamilyPolicy = fams, &policy
+		}
 	} else if spec.ClusterIP == v1.ClusterIPNone {
 		spec.ClusterIPs = []string{v1.ClusterIPNone}
 	}
@@ -158,11 +204,11 @@ func (tr *translator) service(in *v1.Service) *v1.Service {
 	return svc
 }
 
-// externals translates the IPv4 ones of external or load-balancer addresses.
+// externals translates the external or load-balancer addresses the replay keeps.
 func (tr *translator) externals(in []string) []string {
 	var out []string
 	for _, s := range in {
-		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+		if a, err := netip.ParseAddr(s); err == nil && tr.keeps(a) {
 			out = append(out, tr.serviceAddr(a, false).String())
 		}
 	}
@@ -212,7 +258,7 @@ func (tr *translator) endpoint(in discoveryv1.Endpoint, side int) discoveryv1.En
 		switch {
 		case err != nil:
 		case tr.isNode(a) && side >= 0:
-			ep.Addresses[i] = tr.c.Node(comparedNodes[side]).Addr.String()
+			ep.Addresses[i] = nodeAddr(tr.c.Node(comparedNodes[side]), a).String()
 		case tr.isPod(a):
 			ep.Addresses[i] = tr.podAddr(a, side).String()
 		}
@@ -292,12 +338,12 @@ func (tr *translator) packet(st *features.Step, side int, node *Node) packet.Pac
 	case features.FromRemotePod:
 		src = tr.podAddr(src, -1)
 	case features.FromNode:
-		src, p.IIf = node.Addr, ""
+		src, p.IIf = nodeAddr(node, src), ""
 	}
 	dport := p.Dst.Port()
 	switch {
 	case tr.isNode(dst):
-		dst = node.Addr
+		dst = nodeAddr(node, dst)
 		if dport >= 30000 && dport <= 32767 || tr.ports[int32(dport)] != 0 {
 			dport = uint16(tr.nodePort(int32(dport)))
 		}
