@@ -92,6 +92,30 @@ func randomService(st *state.ClusterState, r *rand.Rand, i int) state.ServiceNam
 	return svc.Name
 }
 
+// randomCluster returns a generator seeded by seed and salt and a cluster of 16
+// random Services drawn from it.
+func randomCluster(seed, salt uint64) (*rand.Rand, *state.ClusterState) {
+	r := rand.New(rand.NewPCG(seed, salt))
+	st := fixture.NewCluster()
+	for i := range 16 {
+		randomService(st, r, i)
+	}
+	return r, st
+}
+
+// randomChange changes or deletes one of 24 Services at random and returns its name.
+func randomChange(st *state.ClusterState, r *rand.Rand) state.ServiceName {
+	i := r.IntN(24)
+	name := state.ServiceName{Namespace: conflictNamespaces[i%len(conflictNamespaces)], Name: fmt.Sprintf("svc%d", i)}
+	if r.IntN(4) == 0 {
+		delete(st.Services, name)
+		delete(st.Slices, name)
+	} else {
+		randomService(st, r, i)
+	}
+	return name
+}
+
 func sameRuleset(t *testing.T, what string, want, got *ruleset.Ruleset) {
 	t.Helper()
 	if !reflect.DeepEqual(want, got) {
@@ -183,11 +207,7 @@ func TestBuilderChurnMatchesOriginal(t *testing.T) {
 	cfg.Defaults()
 	compared, livelocks := 0, 0
 	for seed := range uint64(40) {
-		r := rand.New(rand.NewPCG(seed, 13))
-		st := fixture.NewCluster()
-		for i := range 16 {
-			randomService(st, r, i)
-		}
+		r, st := randomCluster(seed, 13)
 		fam := dual[seed%2]
 		ref, b := newRefBuilder(cfg, fam), NewBuilder(cfg, fam)
 		gotRS, gotD := b.Update(st, nil)
@@ -199,15 +219,7 @@ func TestBuilderChurnMatchesOriginal(t *testing.T) {
 		for step := range 60 {
 			changed := map[state.ServiceName]bool{}
 			for range 1 + r.IntN(3) {
-				i := r.IntN(24)
-				name := state.ServiceName{Namespace: conflictNamespaces[i%len(conflictNamespaces)], Name: fmt.Sprintf("svc%d", i)}
-				if r.IntN(4) == 0 {
-					delete(st.Services, name)
-					delete(st.Slices, name)
-				} else {
-					randomService(st, r, i)
-				}
-				changed[name] = true
+				changed[randomChange(st, r)] = true
 			}
 			if r.IntN(10) == 0 {
 				st.Node.Addresses = fixture.Addrs(fmt.Sprintf("192.168.0.%d", 10+r.IntN(3)), "fd00:192:168::10")

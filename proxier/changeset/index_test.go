@@ -2,11 +2,9 @@ package changeset
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/nftproxy/nftproxy/proxier/state"
-	"github.com/nftproxy/nftproxy/proxier/state/fixture"
 )
 
 // TestIndexIsFirstUpdate checks that a Builder started with Index holds the ruleset
@@ -17,26 +15,14 @@ func TestIndexIsFirstUpdate(t *testing.T) {
 	cfg := baseConfig()
 	cfg.Defaults()
 	for seed := range uint64(12) {
-		r := rand.New(rand.NewPCG(seed, 17))
-		st := fixture.NewCluster()
-		for i := range 16 {
-			randomService(st, r, i)
-		}
+		r, st := randomCluster(seed, 17)
 		fam := dual[seed%2]
 		upd, idx := NewBuilder(cfg, fam), NewBuilder(cfg, fam)
 		want, _ := upd.Update(st, nil)
 		sameRuleset(t, fmt.Sprintf("seed %d Index", seed), want, idx.Index(st))
 		for step := range 20 {
 			changed := map[state.ServiceName]bool{}
-			i := r.IntN(24)
-			name := state.ServiceName{Namespace: conflictNamespaces[i%len(conflictNamespaces)], Name: fmt.Sprintf("svc%d", i)}
-			if r.IntN(4) == 0 {
-				delete(st.Services, name)
-				delete(st.Slices, name)
-			} else {
-				randomService(st, r, i)
-			}
-			changed[name] = true
+			changed[randomChange(st, r)] = true
 			what := fmt.Sprintf("seed %d step %d", seed, step)
 			if step == 10 {
 				// Index on a Builder in use: its Delta is dropped, the next one
