@@ -129,9 +129,3 @@ func SameSet(a, b *knftables.Set) bool { return equalSet(a, b) || reflect.DeepEq
 
 // SameMap reports whether two versions of a map are deeply equal.
 func SameMap(a, b *knftables.Map) bool { return equalMap(a, b) || reflect.DeepEqual(a, b) }
-
-// SameElement reports whether two versions of an element (nil for none) are
-// equal.
-func SameElement(a, b *Elem) bool {
-	return a == b || (a != nil && b != nil && *a == *b)
-}
