@@ -40,7 +40,7 @@ func (f *Frontends) Stale(old, new *state.ClusterState, changed map[state.Servic
 			}
 			cur.merge(is)
 		}
-		return diff(nil, cur, nil)
+		return diff(nil, cur)
 	}
 	prev, cur := frontends{}, frontends{}
 	touched := map[frontend]bool{}
@@ -75,7 +75,7 @@ func (f *Frontends) Stale(old, new *state.ClusterState, changed map[state.Servic
 			cur.addSet(fe, fs[fe])
 		}
 	}
-	return diff(prev, cur, nil)
+	return diff(prev, cur)
 }
 
 // serviceFrontends returns the UDP frontends of svc in st (none for a nil svc).

@@ -84,17 +84,14 @@ func Stale(old, new *state.ClusterState) []Filter {
 	if old != nil {
 		prev = udpFrontends(old)
 	}
-	return diff(prev, udpFrontends(new), nil)
+	return diff(prev, udpFrontends(new))
 }
 
-// diff returns the filters of going from prev to cur (see Stale), over the
-// frontends of only when it is not nil, sorted and without duplicates.
-func diff(prev, cur frontends, only map[frontend]bool) []Filter {
+// diff returns the filters of going from prev to cur (see Stale), sorted and
+// without duplicates.
+func diff(prev, cur frontends) []Filter {
 	seen := map[Filter]bool{}
 	for fe, eps := range prev {
-		if only != nil && !only[fe] {
-			continue
-		}
 		for ep := range eps {
 			if !cur[fe][ep] {
 				seen[Filter{OrigDst: fe, ReplySrc: ep}] = true
@@ -102,9 +99,6 @@ func diff(prev, cur frontends, only map[frontend]bool) []Filter {
 		}
 	}
 	for fe, eps := range cur {
-		if only != nil && !only[fe] {
-			continue
-		}
 		if len(eps) > 0 && len(prev[fe]) == 0 {
 			seen[Filter{OrigDst: fe, NotNATed: true}] = true
 		}
