@@ -144,8 +144,11 @@ func JoinFields(fields []string) string {
 }
 
 // SplitFields appends the fields of text (a key or a value as JoinFields wrote it)
-// to buf and returns it.
+// to buf and returns it; a nil buf gets one of the right size.
 func SplitFields(buf []string, text string) []string {
+	if buf == nil {
+		buf = make([]string, 0, strings.Count(text, " . ")+1)
+	}
 	for {
 		i := strings.Index(text, " . ")
 		if i < 0 {
@@ -179,22 +182,27 @@ func ElemOf(e *knftables.Element, isMap bool) Elem {
 // text key, as knftables wants it, without family and table.
 func ToElement(cont string, isMap bool, key string, e Elem) *knftables.Element {
 	ke := &knftables.Element{}
-	fillElement(ke, cont, isMap, key, e)
+	fillElement(ke, cont, isMap, key, e, nil)
 	return ke
 }
 
-// fillElement sets the container, key, value and comment of ke as ToElement does.
-func fillElement(ke *knftables.Element, cont string, isMap bool, key string, e Elem) {
-	ke.Key = SplitFields(make([]string, 0, 3), key)
+// fillElement sets the container, key, value and comment of ke as ToElement does,
+// reusing ke's key and value slices. A set element's comment goes to *comment, or
+// to a new string when comment is nil.
+func fillElement(ke *knftables.Element, cont string, isMap bool, key string, e Elem, comment *string) {
+	ke.Key = SplitFields(ke.Key[:0], key)
 	if isMap {
-		ke.Map = cont
-		ke.Value = SplitFields(make([]string, 0, 2), e.Data)
-	} else {
-		ke.Set = cont
-		if e.Data != "" {
-			d := e.Data
-			ke.Comment = &d
+		ke.Map, ke.Set, ke.Comment = cont, "", nil
+		ke.Value = SplitFields(ke.Value[:0], e.Data)
+		return
+	}
+	ke.Set, ke.Map, ke.Value, ke.Comment = cont, "", nil, nil
+	if e.Data != "" {
+		if comment == nil {
+			comment = new(string)
 		}
+		*comment = e.Data
+		ke.Comment = comment
 	}
 }
 
@@ -204,20 +212,11 @@ func fillElement(ke *knftables.Element, cont string, isMap bool, key string, e E
 func (r *Ruleset) KnftElements(cont string) iter.Seq[*knftables.Element] {
 	isMap := r.IsMap(cont)
 	return func(yield func(*knftables.Element) bool) {
-		var ke knftables.Element
 		var key, value [4]string
+		ke := knftables.Element{Key: key[:0], Value: value[:0]}
 		var comment string
 		for k, e := range r.Elements[cont] {
-			ke.Key = SplitFields(key[:0], k)
-			if isMap {
-				ke.Map, ke.Value = cont, SplitFields(value[:0], e.Data)
-			} else {
-				ke.Set, ke.Comment = cont, nil
-				if e.Data != "" {
-					comment = e.Data
-					ke.Comment = &comment
-				}
-			}
+			fillElement(&ke, cont, isMap, k, e, &comment)
 			if !yield(&ke) {
 				return
 			}
@@ -358,7 +357,7 @@ func (r *Ruleset) AddTo(tx interface{ Add(knftables.Object) }) {
 		for _, ke := range sorted {
 			elems = append(elems, knftables.Element{})
 			e := &elems[len(elems)-1]
-			fillElement(e, c, isMap, ke.k, ke.v)
+			fillElement(e, c, isMap, ke.k, ke.v, nil)
 			e.Family, e.Table = r.Family, r.Table
 			tx.Add(e)
 		}
