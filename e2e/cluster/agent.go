@@ -128,10 +128,7 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 		return nil, fmt.Errorf("pod %s/%s: node %s is full", spec.Namespace, spec.Name, n.Spec.Name)
 	}
 	gw, gw6 := n.PodCIDR.Addr().Next(), netip.Addr{}
-	addr, addr6 := gw, netip.Addr{}
-	for range index {
-		addr = addr.Next()
-	}
+	addr, addr6 := nthAfter(gw, index), netip.Addr{}
 	if n.PodCIDR6.IsValid() {
 		gw6 = n.PodCIDR6.Addr().Next()
 		addr6 = nthAfter(gw6, index)

@@ -324,13 +324,7 @@ func (c *Cluster) plugNode(spec NodeSpec) (*Node, error) {
 }
 
 // nodeAddr is the segment address of node i: NodeBase+i.
-func (c *Cluster) nodeAddr(i int) netip.Addr {
-	a := c.Spec.NodeBase
-	for range i {
-		a = a.Next()
-	}
-	return a
-}
+func (c *Cluster) nodeAddr(i int) netip.Addr { return nthAfter(c.Spec.NodeBase, i) }
 
 // podCIDR is the pod CIDR of node i: the /24 number i+1 of the cluster CIDR.
 func (c *Cluster) podCIDR(i int) netip.Prefix {
