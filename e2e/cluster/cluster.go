@@ -311,16 +311,36 @@ func (c *Cluster) plugNode(spec NodeSpec) (*Node, error) {
 		return n, nil
 	}
 	n.PodCIDR = c.podCIDR(i)
-	for _, m := range c.Nodes {
-		if err := addRoute(n.NS, "eth0", m.PodCIDR, m.Addr); err != nil {
-			return nil, err
-		}
-		if err := addRoute(m.NS, "eth0", n.PodCIDR, n.Addr); err != nil {
-			return nil, err
-		}
+	if err := c.routePods(n); err != nil {
+		return nil, err
 	}
 	c.Nodes = append(c.Nodes, n)
 	return n, nil
+}
+
+// routePods routes, in both directions, between node n and every other node with pod
+// CIDRs: each one's pod CIDRs (IPv6 too in a dual-stack lab) through its segment
+// addresses, as a flat L2 CNI would.
+func (c *Cluster) routePods(n *Node) error {
+	for _, m := range c.Nodes {
+		if m == n || !m.PodCIDR.IsValid() {
+			continue
+		}
+		routes := []struct {
+			from, to *Node
+		}{{n, m}, {m, n}}
+		for _, r := range routes {
+			if err := addRoute(r.from.NS, "eth0", r.to.PodCIDR, r.to.Addr); err != nil {
+				return err
+			}
+			if r.to.PodCIDR6.IsValid() {
+				if err := addRoute(r.from.NS, "eth0", r.to.PodCIDR6, r.to.Addr6); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // nodeAddr is the segment address of node i: NodeBase+i.

@@ -111,30 +111,6 @@ func (c *Cluster) podCIDRsOf(ctx context.Context, n *Node) error {
 	})
 }
 
-// routePods routes, in both directions, between node n and every other node with pod
-// CIDRs: each one's pod CIDRs through its segment addresses, as a flat L2 CNI would.
-func (c *Cluster) routePods(n *Node) error {
-	for _, m := range c.Nodes {
-		if m == n || !m.PodCIDR.IsValid() {
-			continue
-		}
-		routes := []struct {
-			from, to *Node
-		}{{n, m}, {m, n}}
-		for _, r := range routes {
-			if err := addRoute(r.from.NS, "eth0", r.to.PodCIDR, r.to.Addr); err != nil {
-				return err
-			}
-			if r.to.PodCIDR6.IsValid() {
-				if err := addRoute(r.from.NS, "eth0", r.to.PodCIDR6, r.to.Addr6); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
 // nodeIPAMFlags are kube-controller-manager's flags of the node IPAM of a dual-stack
 // lab: pod CIDRs of /24 and /64 from the cluster CIDRs, beside the service CIDRs.
 func (s *Spec) nodeIPAMFlags() []string {
