@@ -173,22 +173,12 @@ func (c *Cluster) AddPod(ctx context.Context, spec PodSpec) (*Pod, error) {
 	if err := addVeth(n.NS, p.HostVeth, ns, "eth0"); err != nil {
 		return nil, err
 	}
-	// The node's end holds the gateway; the pod reaches it on link.
-	if err := addAddr(n.NS, p.HostVeth, netip.PrefixFrom(gw, 32)); err != nil {
-		return nil, err
-	}
-	if err := addRoute(n.NS, p.HostVeth, netip.PrefixFrom(addr, 32), netip.Addr{}); err != nil {
-		return nil, err
-	}
-	if err := addAddr(ns, "eth0", netip.PrefixFrom(addr, 32)); err != nil {
-		return nil, err
-	}
-	if err := addRoute(ns, "eth0", netip.Prefix{}, gw); err != nil {
-		return nil, err
+	if err := wireAddr(n.NS, p.HostVeth, ns, addr, gw); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", spec.Namespace, spec.Name, err)
 	}
 	if addr6.IsValid() {
-		if err := wirePod6(n, p, gw6); err != nil {
-			return nil, err
+		if err := wireAddr(n.NS, p.HostVeth, ns, addr6, gw6); err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", spec.Namespace, spec.Name, err)
 		}
 	}
 	if len(spec.Ports) > 0 {
@@ -272,18 +262,23 @@ func (p *Pod) Addrs() []netip.Addr {
 	return []netip.Addr{p.Addr}
 }
 
-// wirePod6 gives pod p on node n its IPv6 address and route, as AddPod does the IPv4
-// ones: the node's end of the veth holds the pods' gateway gw6.
-func wirePod6(n *Node, p *Pod, gw6 netip.Addr) error {
+// wireAddr gives the pod namespace pod, behind veth of the node namespace node, the
+// address a: the node's end of the veth holds the pods' gateway gw of a's family and
+// routes a to the pod, which reaches gw on link and takes it as its default route.
+func wireAddr(node *lab.NS, veth string, pod *lab.NS, a, gw netip.Addr) error {
+	deflt := netip.Prefix{}
+	if a.Is6() {
+		deflt = netip.MustParsePrefix("::/0")
+	}
 	steps := []func() error{
-		func() error { return addAddr(n.NS, p.HostVeth, netip.PrefixFrom(gw6, 128)) },
-		func() error { return addRoute(n.NS, p.HostVeth, netip.PrefixFrom(p.Addr6, 128), netip.Addr{}) },
-		func() error { return addAddr(p.NS, "eth0", netip.PrefixFrom(p.Addr6, 128)) },
-		func() error { return addRoute(p.NS, "eth0", netip.MustParsePrefix("::/0"), gw6) },
+		func() error { return addAddr(node, veth, netip.PrefixFrom(gw, gw.BitLen())) },
+		func() error { return addRoute(node, veth, netip.PrefixFrom(a, a.BitLen()), netip.Addr{}) },
+		func() error { return addAddr(pod, "eth0", netip.PrefixFrom(a, a.BitLen())) },
+		func() error { return addRoute(pod, "eth0", deflt, gw) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
-			return fmt.Errorf("pod %s/%s: IPv6: %w", p.Spec.Namespace, p.Spec.Name, err)
+			return fmt.Errorf("address %s: %w", a, err)
 		}
 	}
 	return nil

@@ -72,27 +72,21 @@ func (w *realWorld) pod(a netip.Addr) (*lab.NS, error) {
 	}
 	b := a.As16()
 	name, veth := fmt.Sprintf("real-%d-%d", b[14], b[15]), fmt.Sprintf("vreal%d", b[15])
-	gw, deflt := n.PodCIDR.Addr().Next(), netip.Prefix{}
+	gw := n.PodCIDR.Addr().Next()
 	if a.Is6() {
 		name, veth = fmt.Sprintf("real6-%d-%d", b[7], b[15]), fmt.Sprintf("vreal6-%d", b[15])
-		gw, deflt = n.PodCIDR6.Addr().Next(), netip.MustParsePrefix("::/0")
+		gw = n.PodCIDR6.Addr().Next()
 	}
 	ns, err := w.c.newNS(name, nil)
 	if err != nil {
 		return nil, err
 	}
 	w.pods[a] = ns
-	steps := []func() error{
-		func() error { return addVeth(n.NS, veth, ns, "eth0") },
-		func() error { return addAddr(n.NS, veth, netip.PrefixFrom(gw, gw.BitLen())) },
-		func() error { return addRoute(n.NS, veth, netip.PrefixFrom(a, a.BitLen()), netip.Addr{}) },
-		func() error { return addAddr(ns, "eth0", netip.PrefixFrom(a, a.BitLen())) },
-		func() error { return addRoute(ns, "eth0", deflt, gw) },
+	if err := addVeth(n.NS, veth, ns, "eth0"); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", a, err)
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
-			return nil, fmt.Errorf("pod %s: %w", a, err)
-		}
+	if err := wireAddr(n.NS, veth, ns, a, gw); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", a, err)
 	}
 	return ns, nil
 }
