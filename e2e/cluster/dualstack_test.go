@@ -69,12 +69,8 @@ func TestDualStackServices(t *testing.T) {
 				reachAll(t, ctx, client.NS, fmt.Sprintf("%s from %s", s.name, client.Spec.Name), netip.AddrPortFrom(a, 80), own)
 			}
 			for _, n := range c.Nodes[:2] {
-				na := n.Addr
-				if a.Is6() {
-					na = n.Addr6
-				}
 				reachAll(t, ctx, c.External, fmt.Sprintf("%s node port of %s", s.name, n.Spec.Name),
-					netip.AddrPortFrom(na, nodePort), netip.Addr{})
+					netip.AddrPortFrom(nodeAddr(n, a), nodePort), netip.Addr{})
 			}
 		}
 	}
