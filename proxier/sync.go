@@ -135,7 +135,7 @@ func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state
 		return res, err
 	}
 	s.Seal() // the Builder's ruleset need not share the heap with this one
-	rs := p.builders[fam].Index(st)
+	rs := IndexBuilder(p.builders[fam], st)
 	p.built[fam] = true
 	adopt, err := s.Sync(ctx, rs)
 	res.Operations += adopt.Operations

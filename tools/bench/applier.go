@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/nftproxy/nftproxy/proxier"
 	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
@@ -36,6 +37,9 @@ type applyStats struct {
 	// index every Service and have its ruleset taken over (see
 	// incrementalApplier); the table was complete before it.
 	Index time.Duration
+	// PeakRSSWriteMB is VmHWM after a first sync's write, before the index: the
+	// peak of generating the cluster, building it and encoding its elements.
+	PeakRSSWriteMB float64
 }
 
 // newApplier returns the applier the benchmark measures: the incremental builder
@@ -103,8 +107,9 @@ func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) 
 	if err != nil {
 		return stats, err
 	}
+	stats.PeakRSSWriteMB = vmHWM()
 	a.s.Seal() // as Proxier.firstSync
-	rs := a.b.Index(st)
+	rs := proxier.IndexBuilder(a.b, st)
 	a.built = true
 	if err := writeHeapProfile(); err != nil {
 		return stats, err

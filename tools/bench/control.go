@@ -45,6 +45,9 @@ type ControlResult struct {
 	// PeakRSSFullMB is VmHWM of the child right after the full sync: generating the
 	// cluster, building and syncing it (the nft processes are not counted).
 	PeakRSSFullMB float64 `json:"peak_rss_full_mb"`
+	// PeakRSSWriteMB is VmHWM after the full sync's write, before the Builder's
+	// index: which of the two set PeakRSSFullMB.
+	PeakRSSWriteMB float64 `json:"peak_rss_write_mb,omitempty"`
 	// PeakRSSEndMB is VmHWM at the end, after the updates and the churn.
 	PeakRSSEndMB float64 `json:"peak_rss_end_mb"`
 	// HeapFullMB is the Go heap in use after the full sync and a GC.
@@ -321,9 +324,9 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 		return nil, fmt.Errorf("full sync of %d Services: %w", o.N, err)
 	}
 	res.Full = stats(st)
-	res.PeakRSSFullMB = vmHWM()
-	say("full sync: %.2fs (build %.2fs, sync %.2fs, %d operations, %d elements over netlink), then builder index %.2fs; peak RSS %.0f MB",
-		res.Full.TotalMs/1e3, res.Full.BuildMs/1e3, res.Full.SyncMs/1e3, res.Full.Operations, res.Full.NetlinkElements, res.Full.IndexMs/1e3, res.PeakRSSFullMB)
+	res.PeakRSSFullMB, res.PeakRSSWriteMB = vmHWM(), st.PeakRSSWriteMB
+	say("full sync: %.2fs (build %.2fs, sync %.2fs, %d operations, %d elements over netlink), then builder index %.2fs; peak RSS %.0f MB (%.0f MB before the index)",
+		res.Full.TotalMs/1e3, res.Full.BuildMs/1e3, res.Full.SyncMs/1e3, res.Full.Operations, res.Full.NetlinkElements, res.Full.IndexMs/1e3, res.PeakRSSFullMB, res.PeakRSSWriteMB)
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)

@@ -240,13 +240,13 @@ func (r *Results) markdown() string {
 
 	w("## Control plane (ours)")
 	w("")
-	w("| N | full sync (build + sync) | elements over netlink | then Builder index | ruleset objects | peak RSS (proxy / nft) | 1-Service update p50 / p90 | operations p50 / max | updates over netlink / through nft (of which deleting) | from-scratch Build |")
+	w("| N | full sync (build + sync) | elements over netlink | then Builder index | ruleset objects | peak RSS: proxy (before the index) / nft | 1-Service update p50 / p90 | operations p50 / max | updates over netlink / through nft (of which deleting) | from-scratch Build |")
 	w("|---:|---|---:|---:|---:|---|---|---|---|---:|")
 	for _, c := range r.Control {
 		tc := c.Transports
-		w("| %s | %s (%s + %s) | %d | %s | %d | %.0f MB / %.0f MB | %s / %s | %.0f / %.0f | %d (%d), p50 %s / %d (%d), p50 %s | %s |", short(c.N),
+		w("| %s | %s (%s + %s) | %d | %s | %d | %.0f MB (%.0f MB) / %.0f MB | %s / %s | %.0f / %.0f | %d (%d), p50 %s / %d (%d), p50 %s | %s |", short(c.N),
 			fmtMs(c.Full.TotalMs), fmtMs(c.Full.BuildMs), fmtMs(c.Full.SyncMs), c.Full.NetlinkElements, fmtMs(c.Full.IndexMs), c.Objects,
-			c.PeakRSSFullMB, c.NftPeakRSSMB, fmtMs(c.Update.P50), fmtMs(c.Update.P90), c.Ops.P50, c.Ops.Max,
+			c.PeakRSSFullMB, c.PeakRSSWriteMB, c.NftPeakRSSMB, fmtMs(c.Update.P50), fmtMs(c.Update.P90), c.Ops.P50, c.Ops.Max,
 			tc.Netlink, tc.NetlinkDeleting, fmtMs(tc.NetlinkP50Ms), tc.NFT, tc.NFTDeleting, fmtMs(tc.NFTP50Ms), fmtMs(c.PureBuildMs))
 	}
 	w("")
