@@ -54,6 +54,22 @@ func containerOf(set *knftables.Set, m *knftables.Map) (*container, error) {
 	return c, nil
 }
 
+// elementLen returns the bytes appendElement takes for an element of c without a
+// comment: the element's nest, its key, and its value's for a map.
+func (c *container) elementLen() int {
+	n := 3*attrHeader + pad4(c.key.Len())
+	if c.value != nil {
+		n += 2*attrHeader + pad4(c.value.Len())
+	}
+	return n
+}
+
+// attrHeader is the length of a netlink attribute's header.
+const attrHeader = 4
+
+// pad4 rounds n up to a multiple of 4, as netlink aligns attributes.
+func pad4(n int) int { return (n + 3) &^ 3 }
+
 // appendElement appends e as one nested NFTA_LIST_ELEM attribute of a
 // NEWSETELEM message: its key, its value (maps) and its comment; or, when keyOnly
 // is set, of a DELSETELEM message: its key alone, which names it. An error names

@@ -203,7 +203,12 @@ const parallelElements = 10000
 // DELSETELEMs of the keys deleted, NEWSETELEMs of the elements added.
 func encodeOps(family byte, table string, op *elementOps) (*batch, error) {
 	c := op.c
-	w := &batch{b: make([]byte, 0, 64*op.n+1<<10)}
+	// Each message's headers take about a hundred bytes for 64 KB of elements,
+	// so the elements' length and a margin of two per mille hold an uncommented batch
+	// without growing it: at a million Services' elements the buffer is most of
+	// the first sync's memory.
+	size := op.n * c.elementLen()
+	w := &batch{b: make([]byte, 0, size+size>>9+1<<10)}
 	if op.flush {
 		w.elements(unix.NFT_MSG_DELSETELEM, family, table, c.name)
 		w.end()

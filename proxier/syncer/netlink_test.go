@@ -484,3 +484,46 @@ func TestFrameFailure(t *testing.T) {
 		t.Errorf("failure without a message attribute = %v", err)
 	}
 }
+
+// TestEncodeOpsBufferSize checks that encodeOps sizes its buffer to the elements
+// it writes: a large batch of uncommented elements fits without the buffer
+// growing, and leaves under 1% of it unused.
+func TestEncodeOpsBufferSize(t *testing.T) {
+	for _, def := range []struct {
+		set *knftables.Set
+		m   *knftables.Map
+		el  func(i int) *knftables.Element
+	}{
+		{set: &knftables.Set{Name: "hairpin-with-a-long-set-name", Type: "ipv4_addr . ipv4_addr"}, el: func(i int) *knftables.Element {
+			a := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+			return &knftables.Element{Key: []string{a, a}}
+		}},
+		{m: &knftables.Map{Name: "backends-0", Type: "ipv4_addr . inet_proto . inet_service : ipv4_addr . inet_service"}, el: func(i int) *knftables.Element {
+			return &knftables.Element{Key: []string{fmt.Sprintf("172.30.%d.%d", i>>8&255, i&255), "tcp", "80"}, Value: []string{"10.1.0.1", "8080"}}
+		}},
+	} {
+		c, err := containerOf(def.set, def.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 200000
+		add := func(yield func(*knftables.Element) bool) {
+			for i := range n {
+				if !yield(def.el(i)) {
+					return
+				}
+			}
+		}
+		w, err := encodeOps(unix.NFPROTO_IPV4, "a-table-name", &elementOps{c: c, flush: true, add: add, n: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := n * c.elementLen()
+		if want := size + size>>9 + 1<<10; cap(w.b) != want {
+			t.Errorf("%s: buffer grew to %d bytes from %d", c.name, cap(w.b), want)
+		}
+		if spare := cap(w.b) - len(w.b); spare*100 > cap(w.b) {
+			t.Errorf("%s: %d of %d bytes unused", c.name, spare, cap(w.b))
+		}
+	}
+}
