@@ -9,10 +9,10 @@ import (
 )
 
 // indexGCPercent is the garbage collector's target while a Builder indexes every
-// Service. Nearly all the index allocates stays live, so the heap the default
-// target (100) lets grow beyond it is spent on garbage the collector would not find;
-// at this target the index, not the first sync's build, would no longer set the
-// process's peak memory, for more collector work during the index.
+// Service. Nearly everything the index allocates stays live for the proxier's
+// lifetime, so the collector finds little to free, and the headroom of the
+// default target (100) only raises the process's peak. The lower target costs
+// more collector work, once, during the index.
 const indexGCPercent = 50
 
 // IndexBuilder indexes every Service of st in b (Builder.Index), as the first
