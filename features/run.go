@@ -65,9 +65,6 @@ func Start(sc *Scenario, b Backend) (_ *Run, err error) {
 	return r, nil
 }
 
-// Proxier returns the proxier under test.
-func (r *Run) Proxier() *proxier.Proxier { return r.p }
-
 // Syncs returns what the last sync did, per family.
 func (r *Run) Syncs() []FamilySync { return r.syncs }
 

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -437,13 +436,6 @@ func (c *Cluster) Node(name string) *Node {
 	return nil
 }
 
-// Namespaces returns every namespace of the cluster.
-func (c *Cluster) Namespaces() []*lab.NS {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]*lab.NS(nil), c.all...)
-}
-
 // Processes returns every process the cluster started, in start order.
 func (c *Cluster) Processes() []*apiserver.Process {
 	c.mu.Lock()
@@ -499,6 +491,3 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 		}
 	}
 }
-
-// logPath is the log file of the process label.
-func (c *Cluster) logPath(label string) string { return filepath.Join(c.Dir, label+".log") }

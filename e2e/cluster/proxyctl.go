@@ -49,15 +49,6 @@ func (c *Cluster) NftProxyOnce(ctx context.Context, n *Node, args ...string) (st
 	return n.Exec(ctx, "", c.Bin.NftProxy, args...)
 }
 
-// KubeProxyOnce runs the kube-proxy binary with args in the node's namespace and waits
-// for it (kube-proxy --cleanup, as `kubectl debug node` with kube-proxy's image would).
-func (c *Cluster) KubeProxyOnce(ctx context.Context, n *Node, args ...string) (string, error) {
-	if c.Bin.KubeProxy == "" {
-		return "", fmt.Errorf("node %s: no kube-proxy binary", n.Spec.Name)
-	}
-	return n.Exec(ctx, "", c.Bin.KubeProxy, args...)
-}
-
 // NftProxyInitOnly runs the DaemonSet's `nftproxy --init-only` step on the node, with the
 // configuration and flags the node's nftproxy would start with.
 func (c *Cluster) NftProxyInitOnly(ctx context.Context, n *Node) (string, error) {

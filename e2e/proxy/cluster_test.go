@@ -578,17 +578,6 @@ func masqAddr(pod string, v6 bool) netip.Addr {
 	return nodeV4.Addr()
 }
 
-// podsByAddr maps every pod address of the lab to the pod's name.
-func podsByAddr(l *lab.Lab) map[netip.Addr]string {
-	m := map[netip.Addr]string{}
-	for _, p := range l.Pods() {
-		for _, a := range p.Addrs {
-			m[a] = p.Name
-		}
-	}
-	return m
-}
-
 func addrs(ss ...string) []netip.Addr {
 	out := make([]netip.Addr, len(ss))
 	for i, s := range ss {
