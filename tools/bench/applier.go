@@ -98,11 +98,13 @@ func (a *incrementalApplier) apply(ctx context.Context, st *state.ClusterState, 
 }
 
 func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) (applyStats, error) {
+	restore := proxier.WriteGC() // as Proxier.firstSync
 	t0 := time.Now()
 	pure := ruleset.Build(st, a.cfg, knftables.IPv4Family)
 	t1 := time.Now()
 	res, err := a.s.Sync(ctx, pure)
 	t2 := time.Now()
+	restore()
 	stats := applyStats{Build: t1.Sub(t0), Sync: t2.Sub(t1), Result: res}
 	if err != nil {
 		return stats, err
