@@ -3,7 +3,6 @@ package takeover
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os/exec"
@@ -83,22 +82,15 @@ func (c *cleaner) cleanNft(ctx context.Context) {
 		c.Log.Warn("nft is not on PATH: kube-proxy's iptables-nft chains, if any, are left", "backend", BackendNft)
 		return
 	}
-	out, err := c.Run(ctx, "", "nft", "--json", "list", "tables")
-	if err != nil {
-		c.fail(BackendNft, "IPv4", "listing the tables", err)
-		return
-	}
-	present, err := nftTables(out)
-	if err != nil {
-		c.fail(BackendNft, "IPv4", "listing the tables", err)
-		return
-	}
+	// Each table is listed by name: `nft list tables` reads every table's sets and
+	// elements first, nftproxy's own too, so its cost would grow with the cluster,
+	// and the cleanup runs in a sync.
 	for _, fam := range nftFamilies {
 		for _, name := range Tables {
-			if !slices.Contains(present, fam.nft+" "+name) {
+			out, err := c.Run(ctx, "", "nft", "--json", "list", "table", fam.nft, name)
+			if err != nil && noSuchTable(out) {
 				continue
 			}
-			out, err := c.Run(ctx, "", "nft", "--json", "list", "table", fam.nft, name)
 			var t *Table
 			if err == nil {
 				t, err = ParseNftJSON(name, out)
@@ -115,23 +107,10 @@ func (c *cleaner) cleanNft(ctx context.Context) {
 	}
 }
 
-// nftTables returns the tables of `nft --json list tables`, as "FAMILY NAME".
-func nftTables(out []byte) ([]string, error) {
-	var l struct {
-		Nftables []struct {
-			Table *struct{ Family, Name string } `json:"table"`
-		} `json:"nftables"`
-	}
-	if err := json.Unmarshal(out, &l); err != nil {
-		return nil, fmt.Errorf("nft --json list tables: %w", err)
-	}
-	var tables []string
-	for _, o := range l.Nftables {
-		if o.Table != nil {
-			tables = append(tables, o.Table.Family+" "+o.Table.Name)
-		}
-	}
-	return tables, nil
+// noSuchTable reports whether out, what a failed `nft list table` printed, says that
+// the table does not exist.
+func noSuchTable(out []byte) bool {
+	return bytes.Contains(out, []byte("No such file or directory"))
 }
 
 // cleanLegacy removes kube-proxy's chains from one family's iptables-legacy tables.

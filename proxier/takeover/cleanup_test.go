@@ -60,17 +60,17 @@ func TestRestoreScript(t *testing.T) {
 	}
 }
 
-// fakeNode answers Cleanup's commands from a listing, failing every nft transaction
-// that deletes the chain fail.
+// fakeNode answers Cleanup's commands from a listing of tables ip nat and ip6 filter,
+// as nft does (the other tables do not exist), failing every nft transaction that
+// deletes the chain fail. It knows no `nft list tables`.
 type fakeNode struct {
 	fail    string
 	scripts []string
 }
 
 func (f *fakeNode) run(_ context.Context, stdin, name string, args ...string) ([]byte, error) {
-	switch strings.Join(append([]string{name}, args...), " ") {
-	case "nft --json list tables":
-		return []byte(`{"nftables": [{"table": {"family": "ip", "name": "nat"}}, {"table": {"family": "ip6", "name": "filter"}}]}`), nil
+	cmd := strings.Join(append([]string{name}, args...), " ")
+	switch cmd {
 	case "nft --json list table ip nat":
 		return []byte(nftListingXT), nil
 	case "nft --json list table ip6 filter":
@@ -82,7 +82,11 @@ func (f *fakeNode) run(_ context.Context, stdin, name string, args ...string) ([
 		}
 		return nil, nil
 	}
-	return nil, errors.New("unexpected command " + name)
+	if table, ok := strings.CutPrefix(cmd, "nft --json list table "); ok {
+		out := "Error: No such file or directory\nlist table " + table + "\n"
+		return []byte(out), errors.New("nft: exit status 1: " + out)
+	}
+	return nil, errors.New("unexpected command " + cmd)
 }
 
 // TestCleanupFailure: a chain that cannot be deleted is a warning and a counted failure;
