@@ -143,21 +143,6 @@ func node(addrs ...string) *v1.Node {
 	return n
 }
 
-// element returns the element of map m with key in the family's Fake, or nil.
-func element(t *testing.T, f *flakyNFT, m string, key ...string) *knftables.Element {
-	t.Helper()
-	f.RLock()
-	defer f.RUnlock()
-	if f.Table == nil {
-		t.Fatalf("table %s does not exist", testTable)
-	}
-	fm := f.Table.Maps[m]
-	if fm == nil {
-		t.Fatalf("map %s does not exist", m)
-	}
-	return fm.FindElement(key...)
-}
-
 // dispatch returns the verdict dispatch chain c of f's table gives the frontend key
 // (the verdict of the class set that holds it), or "" when none does.
 func dispatch(t *testing.T, f *flakyNFT, c string, key ...string) string {

@@ -47,27 +47,6 @@ type applyStats struct {
 // path.
 var newApplier = newIncrementalApplier
 
-// pureApplier rebuilds the whole ruleset with ruleset.Build on every sync and lets
-// Syncer.Sync diff it against what it applied last: O(cluster) per sync.
-type pureApplier struct {
-	cfg ruleset.Config
-	s   *syncer.Syncer
-}
-
-func newPureApplier(nft knftables.Interface, cfg ruleset.Config) applier {
-	return &pureApplier{cfg: cfg, s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil)))}
-}
-
-func (p *pureApplier) path() string { return "ruleset.Build + Syncer.Sync" }
-
-func (p *pureApplier) apply(ctx context.Context, st *state.ClusterState, _ map[state.ServiceName]bool) (applyStats, error) {
-	t0 := time.Now()
-	rs := ruleset.Build(st, p.cfg, knftables.IPv4Family)
-	t1 := time.Now()
-	res, err := p.s.Sync(ctx, rs)
-	return applyStats{Build: t1.Sub(t0), Sync: time.Since(t1), Result: res}, err
-}
-
 // incrementalApplier updates a changeset.Builder with the changed Services and
 // applies its Delta with Syncer.Apply: O(changed) per sync. Its first sync is the
 // proxier's (Proxier.firstSync): the table is written from a from-scratch

@@ -73,15 +73,6 @@ func (r *Results) control(n int) *ControlResult {
 	return nil
 }
 
-func (r *Results) baseline(n int, backend string) *BaselineResult {
-	for _, b := range r.Baseline {
-		if b.N == n && b.Backend == backend {
-			return b
-		}
-	}
-	return nil
-}
-
 func (r *Results) dataPlane(n int, rs string) *DataPlaneResult {
 	for i := range r.DataPlane {
 		if d := &r.DataPlane[i]; d.N == n && d.Ruleset == rs {
