@@ -122,11 +122,11 @@ func (p *Proxier) synced(fam knftables.Family, start time.Time) {
 
 // firstSync writes a family's table for the first time. It programs the kernel
 // from a from-scratch ruleset.Build, which takes less time than the Builder's
-// first Update as it keeps no index of which Service owns which object. Only then does
-// the Builder index every Service; the Syncer, sealed in between so that the two
-// rulesets are not live at once, takes the Builder's ruleset over when it matches
-// the table it just wrote, which normally takes no nft operation. Later syncs
-// apply the Builder's deltas.
+// first Update as it keeps no index of which Service owns which object. Only then
+// does the Builder index every Service; the Syncer, sealed in between so that the
+// two rulesets are not live at once, takes the Builder's ruleset over when it
+// matches the table it just wrote, which normally takes no nft operation. Later
+// syncs apply the Builder's deltas.
 func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state.ClusterState) (syncer.Result, error) {
 	s := p.syncers[fam]
 	restore := WriteGC()
