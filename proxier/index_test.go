@@ -1,7 +1,9 @@
 package proxier
 
 import (
+	"context"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -9,6 +11,8 @@ import (
 	"github.com/nftproxy/nftproxy/proxier/changeset"
 	"github.com/nftproxy/nftproxy/proxier/ruleset"
 	"github.com/nftproxy/nftproxy/proxier/state"
+	"github.com/nftproxy/nftproxy/proxier/state/fixture"
+	"github.com/nftproxy/nftproxy/proxier/syncer"
 )
 
 // TestIndexBuilderRestoresGCPercent checks that IndexBuilder builds the Builder's
@@ -51,5 +55,33 @@ func TestLowerGC(t *testing.T) {
 			t.Errorf("process %d, phase %d: %d during, %d after; want %d, %d",
 				c.process, c.phase, during, after, c.during, c.process)
 		}
+	}
+}
+
+// TestFirstSyncHooks checks what FirstSync reports of its phases (the proxier's
+// first sync is tested through the Proxier): the hooks run in order, the Written
+// one with the table already holding the Service, and every phase is timed.
+func TestFirstSyncHooks(t *testing.T) {
+	ctx := context.Background()
+	st := fixture.NewCluster()
+	fixture.AddService(st, "ns/web", "172.30.0.10", fixture.Ports(fixture.TCP("http", 80, 0)))
+	cfg := ruleset.Config{Table: testTable}
+	fake := knftables.NewFake(knftables.IPv4Family, testTable)
+	s := syncer.New(fake, syncer.WithNetlink(syncer.DecodedNetlink(fake)))
+	var order []string
+	res, times, err := FirstSync(ctx, s, changeset.NewBuilder(cfg, knftables.IPv4Family), st, cfg, knftables.IPv4Family, FirstSyncHooks{
+		Written: func() {
+			order = append(order, "written")
+			if !strings.Contains(fake.Dump(), "172.30.0.10") {
+				t.Error("Written ran before the table held the Service")
+			}
+		},
+		Indexed: func() { order = append(order, "indexed") },
+	})
+	if err != nil || !res.Full || !times.Indexed || times.Build <= 0 || times.Write <= 0 || times.Index <= 0 {
+		t.Fatalf("FirstSync: %+v, %+v, %v; want a full sync, indexed, each phase timed", res, times, err)
+	}
+	if strings.Join(order, ",") != "written,indexed" {
+		t.Errorf("hooks ran %v; want written, then indexed", order)
 	}
 }

@@ -194,6 +194,9 @@ func New(cfg Config) (*Proxier, error) {
 		pendingTriggers: map[state.ServiceName][]trigger{}, frontends: conntrack.NewFrontends(),
 	}
 	var errs []error
+	// The families' tables share the node's namespace, so their Syncers follow its
+	// nf_tables generation together.
+	gens := syncer.NewGenerations()
 	for _, fam := range cfg.Families {
 		nft, err := cfg.NewNFT(fam, cfg.Ruleset.Table)
 		if err != nil {
@@ -203,7 +206,7 @@ func New(cfg Config) (*Proxier, error) {
 		p.families = append(p.families, fam)
 		var opts []syncer.Option
 		if cfg.Netlink != nil {
-			opts = append(opts, syncer.WithNetlink(cfg.Netlink(fam, nft)))
+			opts = append(opts, syncer.WithNetlink(cfg.Netlink(fam, nft)), syncer.WithGenerations(gens))
 		}
 		p.syncers[fam] = syncer.New(nft, opts...)
 		p.builders[fam] = changeset.NewBuilder(cfg.Ruleset, fam)

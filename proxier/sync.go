@@ -1,7 +1,6 @@
 package proxier
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -104,7 +103,8 @@ func (p *Proxier) apply(ctx context.Context, st *state.ClusterState, start time.
 		if p.cfg.OnSynced != nil {
 			p.cfg.OnSynced(fam, applied, res)
 		}
-		p.log.Debug("synced", "family", string(fam), "full", res.Full, "operations", res.Operations, "netlink_elements", res.NetlinkElements)
+		p.log.Debug("synced", "family", string(fam), "full", res.Full, "verified", res.Verified,
+			"operations", res.Operations, "netlink_elements", res.NetlinkElements)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("proxier: sync: %w", errors.Join(errs...))
@@ -120,30 +120,10 @@ func (p *Proxier) synced(fam knftables.Family, start time.Time) {
 	}
 }
 
-// firstSync writes a family's table for the first time. It programs the kernel
-// from a from-scratch ruleset.Build, which takes less time than the Builder's
-// first Update as it keeps no index of which Service owns which object. Only then
-// does the Builder index every Service; the Syncer, sealed in between so that the
-// two rulesets are not live at once, takes the Builder's ruleset over when it
-// matches the table it just wrote, which normally takes no nft operation. Later
-// syncs apply the Builder's deltas.
+// firstSync writes a family's table for the first time (see FirstSync).
 func (p *Proxier) firstSync(ctx context.Context, fam knftables.Family, st *state.ClusterState) (syncer.Result, error) {
-	s := p.syncers[fam]
-	restore := WriteGC()
-	res, err := s.Sync(ctx, ruleset.Build(st, p.cfg.Ruleset, fam))
-	restore()
-	if err != nil {
-		return res, err
-	}
-	s.Seal() // the Builder's ruleset need not share the heap with this one
-	rs := IndexBuilder(p.builders[fam], st)
-	p.built[fam] = true
-	adopt, err := s.Sync(ctx, rs)
-	res.Operations += adopt.Operations
-	res.NetlinkElements += adopt.NetlinkElements
-	res.Deleted = res.Deleted || adopt.Deleted
-	res.Fallback = cmp.Or(res.Fallback, adopt.Fallback)
-	res.AffinityMoves = append(res.AffinityMoves, adopt.AffinityMoves...)
+	res, times, err := FirstSync(ctx, p.syncers[fam], p.builders[fam], st, p.cfg.Ruleset, fam, FirstSyncHooks{})
+	p.built[fam] = times.Indexed
 	return res, err
 }
 

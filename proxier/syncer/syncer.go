@@ -50,6 +50,11 @@ type Syncer struct {
 	structure string
 	// sealed stands for the applied ruleset after Seal (applied is then nil).
 	sealed *seal
+	// gens follows the namespace's nf_tables generation (nil: every full sync
+	// rewrites the table); commits counts the transactions the current sync
+	// committed.
+	gens    *Generations
+	commits int
 }
 
 // tableDefs are the definitions of a table's sets and maps, by name.
@@ -72,6 +77,11 @@ type Result struct {
 	// Deleted is true when the sync deleted something from the table: an element,
 	// or a chain, set or map (flushes not counted).
 	Deleted bool
+	// Verified is true when a full sync was due (RequestFullSync) and the
+	// namespace's nf_tables generation showed the table as the Syncer last wrote
+	// it, so that the sync wrote only what changed (see Generations); Full is
+	// then false.
+	Verified bool
 	// Fallback is why a sync went through nft after its netlink batch failed (nil
 	// when it did not): a full sync then writes the whole table through nft, an
 	// incremental one its operations; later syncs use nft only.
@@ -131,7 +141,9 @@ func (s *Syncer) Applied() *ruleset.Ruleset { return s.applied }
 // (O(size of the ruleset) in CPU, O(changes) in nft operations). The Syncer keeps
 // desired as the applied state, so callers must not modify it afterwards.
 func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, error) {
+	gs := s.beginSync(ctx)
 	if s.sealed != nil && s.takeOver(desired) {
+		s.endSync(ctx, gs, false, false)
 		return Result{}, nil
 	}
 	var delta *changeset.Delta
@@ -141,12 +153,26 @@ func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, er
 	moves := s.plannedMoves(ctx, desired, delta)
 	var res Result
 	var err error
-	if s.full || s.applied == nil || s.live {
+	switch {
+	case s.applied == nil || s.live || s.full && !s.verified(gs):
 		res, err = s.fullSync(ctx, desired)
-	} else {
-		res, err = s.apply(ctx, desired, delta)
+	default:
+		res, err = s.applyDue(ctx, desired, delta)
 	}
-	return s.finish(ctx, desired, res, err, moves)
+	res, err = s.finish(ctx, desired, res, err, moves)
+	s.endSync(ctx, gs, res.Full && err == nil, err != nil)
+	return res, err
+}
+
+// applyDue is apply for an incremental sync, or for a full sync due that
+// Syncer.verified let write only what changed.
+func (s *Syncer) applyDue(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
+	due := s.full
+	res, err := s.apply(ctx, desired, delta)
+	if due && err == nil && !res.Full {
+		res.Verified, s.full = true, false
+	}
+	return res, err
 }
 
 // Apply makes the table equal to desired, given delta, what changed in desired
@@ -156,18 +182,23 @@ func (s *Syncer) Sync(ctx context.Context, desired *ruleset.Ruleset) (Result, er
 // When a full sync is due (the first sync, after RequestFullSync or a failure),
 // delta is ignored and the whole of desired is written.
 func (s *Syncer) Apply(ctx context.Context, desired *ruleset.Ruleset, delta *changeset.Delta) (Result, error) {
+	gs := s.beginSync(ctx)
 	if s.sealed != nil {
 		s.sealed, s.full = nil, true
 	}
 	moves := s.plannedMoves(ctx, desired, delta)
-	if s.full || s.applied == nil || delta == nil {
-		res, err := s.fullSync(ctx, desired)
+	var res Result
+	var err error
+	if s.applied == nil || delta == nil || s.full && !s.verified(gs) {
+		res, err = s.fullSync(ctx, desired)
 		s.live = err == nil
-		return s.finish(ctx, desired, res, err, moves)
+	} else {
+		s.live = true
+		res, err = s.applyDue(ctx, desired, delta)
 	}
-	s.live = true
-	res, err := s.apply(ctx, desired, delta)
-	return s.finish(ctx, desired, res, err, moves)
+	res, err = s.finish(ctx, desired, res, err, moves)
+	s.endSync(ctx, gs, res.Full && err == nil, err != nil)
+	return res, err
 }
 
 // plannedMoves returns the session-affinity record moves the coming sync of desired
@@ -264,7 +295,11 @@ func (s *Syncer) apply(ctx context.Context, desired *ruleset.Ruleset, delta *cha
 func (s *Syncer) run(ctx context.Context, p *Plan) error {
 	tx := s.nft.NewTransaction()
 	p.queue(tx)
-	return s.nft.Run(ctx, tx)
+	if err := s.nft.Run(ctx, tx); err != nil {
+		return err
+	}
+	s.commits++
+	return nil
 }
 
 // sendBatch writes the batch of p over netlink. When the batch fails, which
@@ -276,6 +311,7 @@ func (s *Syncer) sendBatch(ctx context.Context, desired *ruleset.Ruleset, p *Pla
 		return fmt.Errorf("writing %d elements into %d sets and maps of table %s %s over netlink: %w",
 			p.BatchElements, len(p.Batch), desired.Family, desired.Table, err)
 	}
+	s.commits++
 	return nil
 }
 
@@ -289,7 +325,10 @@ func (s *Syncer) Tidy(ctx context.Context) (Result, error) {
 	p := &Plan{}
 	s.keep.tidy(p, s.applied)
 	res := Result{Operations: p.Operations(), Deleted: p.deletes()}
-	if err := s.run(ctx, p); err != nil {
+	gs := s.beginSync(ctx)
+	err := s.run(ctx, p)
+	s.endSync(ctx, gs, false, err != nil)
+	if err != nil {
 		s.full = true
 		s.forgetDefs()
 		return res, fmt.Errorf("removing the emptied objects of table %s %s: %w", s.applied.Family, s.applied.Table, err)

@@ -52,6 +52,10 @@ func (t *kernelTransport) send(ctx context.Context, f *frame, ack uint32, _ defi
 	return t.sock.send(ctx, f, ack)
 }
 
+func (t *kernelTransport) generation(ctx context.Context) (uint32, error) {
+	return t.sock.generation(ctx)
+}
+
 // Close closes the socket; a later batch opens another.
 func (t *kernelTransport) Close() error { return t.sock.close() }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -26,6 +27,9 @@ type applier interface {
 	apply(ctx context.Context, st *state.ClusterState, changed map[state.ServiceName]bool) (applyStats, error)
 	// path names the code path measured, for the report.
 	path() string
+	// requestFullSync makes the next apply a full sync, as the proxier's periodic
+	// resync does.
+	requestFullSync()
 }
 
 // applyStats is the cost of one apply.
@@ -49,7 +53,7 @@ var newApplier = newIncrementalApplier
 
 // incrementalApplier updates a changeset.Builder with the changed Services and
 // applies its Delta with Syncer.Apply: O(changed) per sync. Its first sync is the
-// proxier's (Proxier.firstSync): the table is written from a from-scratch
+// proxier's (proxier.FirstSync): the table is written from a from-scratch
 // ruleset.Build, then the Builder indexes every Service and its ruleset is taken
 // over with a Syncer.Sync that diffs it against the table.
 type incrementalApplier struct {
@@ -60,10 +64,12 @@ type incrementalApplier struct {
 }
 
 func newIncrementalApplier(nft knftables.Interface, cfg ruleset.Config) applier {
-	return &incrementalApplier{b: changeset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil))), cfg: cfg}
+	return &incrementalApplier{b: changeset.NewBuilder(cfg, knftables.IPv4Family), s: syncer.New(nft, syncer.WithNetlink(syncer.KernelNetlink(nil)), syncer.WithGenerations(syncer.NewGenerations())), cfg: cfg}
 }
 
 func (a *incrementalApplier) path() string { return "changeset.Builder.Update + Syncer.Apply" }
+
+func (a *incrementalApplier) requestFullSync() { a.s.RequestFullSync() }
 
 func (a *incrementalApplier) apply(ctx context.Context, st *state.ClusterState, changed map[state.ServiceName]bool) (applyStats, error) {
 	if !a.built {
@@ -76,29 +82,17 @@ func (a *incrementalApplier) apply(ctx context.Context, st *state.ClusterState, 
 	return applyStats{Build: t1.Sub(t0), Sync: time.Since(t1), Result: res}, err
 }
 
+// first is the proxier's first sync (proxier.FirstSync), timed by phase.
 func (a *incrementalApplier) first(ctx context.Context, st *state.ClusterState) (applyStats, error) {
-	restore := proxier.WriteGC() // as Proxier.firstSync
-	t0 := time.Now()
-	pure := ruleset.Build(st, a.cfg, knftables.IPv4Family)
-	t1 := time.Now()
-	res, err := a.s.Sync(ctx, pure)
-	t2 := time.Now()
-	restore()
-	stats := applyStats{Build: t1.Sub(t0), Sync: t2.Sub(t1), Result: res}
-	if err != nil {
-		return stats, err
-	}
-	stats.PeakRSSWriteMB = vmHWM()
-	a.s.Seal() // as Proxier.firstSync
-	rs := proxier.IndexBuilder(a.b, st)
-	a.built = true
-	if err := writeHeapProfile(); err != nil {
-		return stats, err
-	}
-	adopt, err := a.s.Sync(ctx, rs)
-	stats.Index = time.Since(t2)
-	stats.Result.Operations += adopt.Operations
-	return stats, err
+	var stats applyStats
+	var herr error
+	res, times, err := proxier.FirstSync(ctx, a.s, a.b, st, a.cfg, knftables.IPv4Family, proxier.FirstSyncHooks{
+		Written: func() { stats.PeakRSSWriteMB = vmHWM() },
+		Indexed: func() { herr = writeHeapProfile() },
+	})
+	a.built = times.Indexed
+	stats.Build, stats.Sync, stats.Index, stats.Result = times.Build, times.Write, times.Index, res
+	return stats, cmp.Or(err, herr)
 }
 
 // heapProfile is the file the control child writes its heap profile to, at the

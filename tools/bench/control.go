@@ -68,9 +68,19 @@ type ControlResult struct {
 	// (the O(cluster) path the incremental builder replaces), median of a few.
 	PureBuildMs float64      `json:"pure_build_ms"`
 	Churn       *ChurnResult `json:"churn,omitempty"`
+	// Resync is the periodic full sync, once while nothing but the Syncer wrote
+	// to nf_tables (verified by the generation: only what changed is written) and
+	// once after another writer's transaction (the table rewritten).
+	Resync *ResyncStats `json:"resync,omitempty"`
 	// Restart is the first sync of a new Builder and Syncer over the table the
 	// measured ones left, as a restarted proxier's: adopting a table it did not write.
 	Restart *UpdateStats `json:"restart,omitempty"`
+}
+
+// ResyncStats are the two kinds of periodic full sync (see syncer.Generations).
+type ResyncStats struct {
+	Verified UpdateStats `json:"verified"`
+	Rewrite  UpdateStats `json:"rewrite"`
 }
 
 // UpdateStats is one sync.
@@ -90,6 +100,9 @@ type UpdateStats struct {
 	Full            bool `json:"full"`
 	// Deleted is true when the sync deleted an element, chain, set or map.
 	Deleted bool `json:"deleted,omitempty"`
+	// Verified is true for a full sync due that found nf_tables untouched by
+	// other writers and wrote only what changed.
+	Verified bool `json:"verified,omitempty"`
 }
 
 // transportCounts counts syncs by the way they went: over netlink (element
@@ -389,6 +402,15 @@ func controlChild(ctx context.Context, o controlOptions, log io.Writer) (*Contro
 		say("churn: %.0f changes/s applied (%d syncs, %d full; batch p50 %.0f max %.0f; sync p50 %.1f ms max %.1f ms, of which build p50 %.1f ms, apply (nft or netlink) p50 %.1f ms; backlog %d)",
 			cr.Throughput, cr.Syncs, cr.FullSyncs, cr.Batch.P50, cr.Batch.Max, cr.Sync.P50, cr.Sync.Max, cr.BuildMs.P50, cr.NftMs.P50, cr.BacklogAtEnd)
 	}
+	if o.Updates > 0 {
+		rs, err := measureResync(ctx, a, c.state)
+		if err != nil {
+			return nil, err
+		}
+		res.Resync = rs
+		say("periodic resync: %.2f ms when nothing else wrote (verified %v, %d operations); %.2f s after another writer's transaction (full %v, %d elements over netlink)",
+			rs.Verified.TotalMs, rs.Verified.Verified, rs.Verified.Operations, rs.Rewrite.TotalMs/1e3, rs.Rewrite.Full, rs.Rewrite.NetlinkElements)
+	}
 	res.PeakRSSEndMB = vmHWM()
 	if o.Updates > 0 {
 		a = nil // the restarted proxier's memory is its own
@@ -463,7 +485,7 @@ func stats(s applyStats) UpdateStats {
 	return UpdateStats{
 		BuildMs: ms64(s.Build), SyncMs: ms64(s.Sync), TotalMs: ms64(s.Build + s.Sync),
 		IndexMs: ms64(s.Index), NetlinkElements: s.Result.NetlinkElements,
-		Operations: s.Result.Operations, Full: s.Result.Full, Deleted: s.Result.Deleted,
+		Operations: s.Result.Operations, Full: s.Result.Full, Deleted: s.Result.Deleted, Verified: s.Result.Verified,
 	}
 }
 
@@ -528,4 +550,27 @@ func shapeOf(rs *ruleset.Ruleset) *rulesetShape {
 		sh.Elements[name] += len(es)
 	}
 	return sh
+}
+
+// measureResync times the periodic full sync of the table a has written to st:
+// first with nothing else written to nf_tables since, then after another writer's
+// transaction (a table of its own, added in the child's namespace).
+func measureResync(ctx context.Context, a applier, st *state.ClusterState) (*ResyncStats, error) {
+	var rs ResyncStats
+	a.requestFullSync()
+	v, err := a.apply(ctx, st, map[state.ServiceName]bool{})
+	if err != nil {
+		return nil, fmt.Errorf("resync: %w", err)
+	}
+	rs.Verified = stats(v)
+	if out, err := exec.CommandContext(ctx, "nft", "add", "table", "ip", "nftproxy-bench-other").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("resync: another writer's transaction: %w: %s", err, out)
+	}
+	a.requestFullSync()
+	w, err := a.apply(ctx, st, map[state.ServiceName]bool{})
+	if err != nil {
+		return nil, fmt.Errorf("resync after another writer: %w", err)
+	}
+	rs.Rewrite = stats(w)
+	return &rs, nil
 }

@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -158,7 +159,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return full
 	}
 	var err error
-	if o.sizes, err = parseSizesUpTo(cmp(sizes, def("1000,10000", "1000,10000,50000")), maxServices); err != nil {
+	if o.sizes, err = parseSizesUpTo(cmp.Or(sizes, def("1000,10000", "1000,10000,50000")), maxServices); err != nil {
 		return o, fmt.Errorf("-sizes: %w", err)
 	}
 	for _, n := range o.sizes {
@@ -166,10 +167,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("-sizes, -endpoints: %w", err)
 		}
 	}
-	if o.dataSizes, err = parseSizes(cmp(dataSizes, def("100,10000", "100,10000,50000"))); err != nil {
+	if o.dataSizes, err = parseSizes(cmp.Or(dataSizes, def("100,10000", "100,10000,50000"))); err != nil {
 		return o, fmt.Errorf("-dataplane-sizes: %w", err)
 	}
-	if o.simSizes, err = parseSizes(cmp(simSizes, def("1000,10000", "1000,50000"))); err != nil {
+	if o.simSizes, err = parseSizes(cmp.Or(simSizes, def("1000,10000", "1000,50000"))); err != nil {
 		return o, fmt.Errorf("-sim-sizes: %w", err)
 	}
 	if o.churn == 0 {
@@ -202,13 +203,6 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.churnAt = slices.Max(o.sizes)
 	}
 	return o, nil
-}
-
-func cmp(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // parseSizes parses a list of N within the limit every phase allows.

@@ -48,7 +48,7 @@ func peerFlags(fs *flag.FlagSet, o *peerOptions) func() error {
 	fs.IntVar(&o.changes, "peer-changes", 20, "changes whose network programming latency is measured, per proxy")
 	fs.IntVar(&o.cpuChanges, "peer-cpu-changes", 100, "endpoint changes whose CPU is measured, per proxy")
 	fs.Float64Var(&o.changeRate, "peer-change-rate", 10, "rate of those changes, per second")
-	fs.DurationVar(&o.idle, "peer-idle", 10*time.Second, "time over which idle CPU is measured")
+	fs.DurationVar(&o.idle, "peer-idle", 60*time.Second, "time over which idle CPU is measured (the default holds two of the proxies' periodic syncs, --sync-period 30s)")
 	fs.DurationVar(&o.timeout, "peer-timeout", 10*time.Minute, "bound of one proxy's start to programmed")
 	fs.StringVar(&o.iptables, "peer-iptables", "legacy", "iptables of kube-proxy's iptables mode: legacy, or nft (the machine's iptables-nft 1.8.9, whose first sync at 10k took over 5 minutes here)")
 	fs.IntVar(&o.workers, "peer-workers", 16, "API requests in flight while creating the objects")

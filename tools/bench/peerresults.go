@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -98,7 +99,7 @@ func (pr *PeerResults) markdown() string {
 		creates = append(creates, fmt.Sprintf("%s: %d Services and %d endpoints in %.1f s", short(c.N), c.Services, c.Endpoints, c.Seconds))
 	}
 	w("%s. One real kube-apiserver; N ClusterIP Services x 5 endpoints written through it (Services, and EndpointSlices written directly): %s. Proxies one at a time on the same node namespace (flushed between runs); kube-proxy iptables mode on iptables-%s.",
-		cmp(pr.Machine, "unknown CPU"), strings.Join(creates, "; "), pr.Iptables)
+		cmp.Or(pr.Machine, "unknown CPU"), strings.Join(creates, "; "), pr.Iptables)
 	w("")
 	var syncs []string
 	for _, r := range pr.Runs {

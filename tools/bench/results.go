@@ -258,6 +258,13 @@ func (r *Results) markdown() string {
 		}
 	}
 	for _, c := range r.Control {
+		if rs := c.Resync; rs != nil {
+			w("")
+			w("Periodic resync at %s: %s when nothing but the Syncer wrote to nf_tables since (the generation verified, %d operations: what changed), %s after another writer's transaction (the table rewritten: %d operations, %d elements over netlink).",
+				short(c.N), fmtMs(rs.Verified.TotalMs), rs.Verified.Operations, fmtMs(rs.Rewrite.TotalMs), rs.Rewrite.Operations, rs.Rewrite.NetlinkElements)
+		}
+	}
+	for _, c := range r.Control {
 		if rs := c.Restart; rs != nil {
 			w("")
 			w("Restart at %s: a new Builder and Syncer take over the table the measured ones left, as a restarted proxier does: programmed in %s (build %s + sync %s; %d operations, %d elements over netlink), then Builder index %s.",
