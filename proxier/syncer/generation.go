@@ -177,55 +177,38 @@ func readGeneration(ctx context.Context, fd int) (uint32, error) {
 	w.b = append(w.b, unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0)
 	w.end()
 	binary.NativeEndian.PutUint32(w.b[8:], genSeq)
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(loadTimeout)
-	}
-	tv := unix.NsecToTimeval(max(time.Until(deadline), time.Millisecond).Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+	if err := recvTimeout(ctx, fd); err != nil {
 		return 0, err
 	}
 	if err := unix.Sendto(fd, w.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return 0, err
 	}
-	buf := make([]byte, 1<<12)
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return 0, err
-		}
-		for _, m := range msgs {
-			if m.Header.Seq != genSeq {
-				continue
-			}
-			if m.Header.Type == unix.NLMSG_ERROR {
-				if len(m.Data) >= 4 {
-					if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
-						return 0, syscall.Errno(-code)
-					}
-				}
-				continue
-			}
-			if m.Header.Type != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN || len(m.Data) < 4 {
-				return 0, fmt.Errorf("an answer of type %#x", m.Header.Type)
-			}
-			attrs, err := parseAttrs(m.Data[4:])
-			if err != nil {
-				return 0, err
-			}
-			for _, a := range attrs {
-				if a.typ == unix.NFTA_GEN_ID && len(a.val) == 4 {
-					return binary.BigEndian.Uint32(a.val), nil
+	var gen uint32
+	err := receive(fd, make([]byte, 1<<12), func(m syscall.NetlinkMessage) (bool, error) {
+		switch {
+		case m.Header.Seq != genSeq:
+			return false, nil
+		case m.Header.Type == unix.NLMSG_ERROR:
+			if len(m.Data) >= 4 {
+				if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
+					return true, syscall.Errno(-code)
 				}
 			}
-			return 0, errors.New("an answer without NFTA_GEN_ID")
+			return false, nil
+		case m.Header.Type != unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN || len(m.Data) < 4:
+			return true, fmt.Errorf("an answer of type %#x", m.Header.Type)
 		}
-	}
+		attrs, err := parseAttrs(m.Data[4:])
+		if err != nil {
+			return true, err
+		}
+		for _, a := range attrs {
+			if a.typ == unix.NFTA_GEN_ID && len(a.val) == 4 {
+				gen = binary.BigEndian.Uint32(a.val)
+				return true, nil
+			}
+		}
+		return true, errors.New("an answer without NFTA_GEN_ID")
+	})
+	return gen, err
 }

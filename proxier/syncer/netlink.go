@@ -256,13 +256,8 @@ func (f *frame) send(ctx context.Context, fd int, last uint32) error {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, size+1<<20); err != nil {
 		return fmt.Errorf("netlink socket buffer of %d bytes: %w", size+1<<20, err)
 	}
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(loadTimeout)
-	}
-	tv := unix.NsecToTimeval(max(time.Until(deadline), time.Millisecond).Nanoseconds())
-	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
-		return fmt.Errorf("netlink socket timeout: %w", err)
+	if err := recvTimeout(ctx, fd); err != nil {
+		return err
 	}
 	sent, err := unix.SendmsgBuffers(fd, f.bufs, nil, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}, 0)
 	if err == nil && sent != size {
@@ -271,7 +266,34 @@ func (f *frame) send(ctx context.Context, fd int, last uint32) error {
 	if err != nil {
 		return fmt.Errorf("sending a batch of %d messages (%d bytes): %w", len(f.names), size, err)
 	}
-	buf := make([]byte, 1<<16)
+	return receive(fd, make([]byte, 1<<16), func(m syscall.NetlinkMessage) (bool, error) {
+		if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 {
+			return false, nil
+		}
+		if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
+			return true, f.failure(m, syscall.Errno(-code))
+		}
+		return m.Header.Seq == last, nil
+	})
+}
+
+// recvTimeout bounds each wait for the kernel's answers on fd by ctx's deadline,
+// or by loadTimeout when it has none.
+func recvTimeout(ctx context.Context, fd int) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(loadTimeout)
+	}
+	tv := unix.NsecToTimeval(max(time.Until(deadline), time.Millisecond).Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return fmt.Errorf("netlink socket timeout: %w", err)
+	}
+	return nil
+}
+
+// receive reads the kernel's answers on fd into buf and hands each message to
+// fn, until fn reports the answer complete or an error.
+func receive(fd int, buf []byte, fn func(syscall.NetlinkMessage) (done bool, err error)) error {
 	for {
 		nr, _, err := unix.Recvfrom(fd, buf, 0)
 		if err == unix.EINTR {
@@ -285,14 +307,8 @@ func (f *frame) send(ctx context.Context, fd int, last uint32) error {
 			return fmt.Errorf("reading the kernel's answer: %w", err)
 		}
 		for _, m := range msgs {
-			if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 {
-				continue
-			}
-			if code := int32(binary.NativeEndian.Uint32(m.Data)); code != 0 {
-				return f.failure(m, syscall.Errno(-code))
-			}
-			if m.Header.Seq == last {
-				return nil
+			if done, err := fn(m); done || err != nil {
+				return err
 			}
 		}
 	}
