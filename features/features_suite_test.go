@@ -107,8 +107,10 @@ func describeScenario(sc *features.Scenario, newBackend func() features.Backend)
 			case step.Resync:
 				It(title, func() {
 					Expect(run.Resync()).To(Succeed())
+					// The simulator's tables are rewritten; the kernel's, which nothing
+					// else writes, are verified untouched by the nf_tables generation.
 					for _, s := range run.Syncs() {
-						Expect(s.Result.Full).To(BeTrue(), "the %s sync of a resync step", s.Family)
+						Expect(s.Result.Full || s.Result.Verified).To(BeTrue(), "the %s sync of a resync step: %+v", s.Family, s.Result)
 					}
 				})
 			case step.Advance > 0:

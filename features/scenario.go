@@ -88,7 +88,9 @@ type Step struct {
 	Delete []ObjectRef
 	// Advance lets time pass (session affinity timeouts).
 	Advance time.Duration
-	// Resync runs the periodic full sync, which rewrites every table.
+	// Resync runs the periodic full sync, which rewrites every table, or writes
+	// only what changed when the nf_tables generation shows nothing else wrote
+	// (syncer.Generations; the kernel's tables only).
 	Resync bool
 }
 
