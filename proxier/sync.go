@@ -21,8 +21,10 @@ import (
 // last successful sync.
 func (p *Proxier) Sync(ctx context.Context) error { return p.SyncMode(ctx, false) }
 
-// SyncMode is Sync, forced to rewrite every table when full is true (the periodic
-// resync that repairs drift). It has the signature of runner.Func.
+// SyncMode is Sync, made a full one when full is true (the periodic resync that
+// repairs drift): every table is rewritten, unless the node's nf_tables
+// generation shows that nothing but the proxier wrote since it last was (see
+// syncer.Generations). It has the signature of runner.Func.
 func (p *Proxier) SyncMode(ctx context.Context, full bool) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
