@@ -70,6 +70,10 @@ type generationReader interface {
 	generation(ctx context.Context) (uint32, error)
 }
 
+// errNoTransport is why the generation cannot be read after a sync whose netlink
+// batch failed, which drops the transport.
+var errNoTransport = errors.New("no netlink transport")
+
 // genSync is what a Syncer knows of the generation during one sync.
 type genSync struct {
 	// before is the generation read when the sync began; ok is false when there
@@ -123,7 +127,13 @@ func (s *Syncer) endSync(ctx context.Context, gs genSync, rewrote, failed bool) 
 	if !gs.ok {
 		return
 	}
-	gen, err := s.transport.(generationReader).generation(ctx)
+	// A failed batch drops the transport: the generation is then unknown.
+	r, ok := s.transport.(generationReader)
+	var gen uint32
+	err := errNoTransport
+	if ok {
+		gen, err = r.generation(ctx)
+	}
 	g := s.gens
 	g.mu.Lock()
 	defer g.mu.Unlock()
