@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -27,6 +28,7 @@ func (c *Cluster) registerNode(ctx context.Context, n *Node) error {
 			"kubernetes.io/os":       "linux",
 		}},
 	}
+	maps.Copy(node.Labels, n.Spec.Labels)
 	if !c.Spec.DualStack {
 		node.Spec = v1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}}
 	}

@@ -40,6 +40,9 @@ type NodeSpec struct {
 	Name string
 	// Proxy is the proxy the node runs.
 	Proxy Proxy
+	// Labels are added to the Node object's when it is registered, before its
+	// proxy starts (a zone, for topology).
+	Labels map[string]string
 }
 
 // Spec describes a cluster. Zero fields take the defaults of DefaultSpec.

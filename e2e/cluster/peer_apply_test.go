@@ -22,16 +22,15 @@ import (
 // zoneLabel is the Node label topology reads the zone from.
 const zoneLabel = "topology.kubernetes.io/zone"
 
-// setZones puts every node in a zone of its own, so that zone hints single out the
-// compared nodes' own (twin) endpoints alike.
-func setZones(ctx context.Context, c *Cluster) error {
-	for _, n := range c.Nodes {
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"zone-%s"}}}`, zoneLabel, n.Spec.Name)
-		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, n.Spec.Name, "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("node %s: zone label: %w", n.Spec.Name, err)
-		}
+// zoned puts every node of nodes in a zone of its own, so that zone hints single out
+// the compared nodes' own (twin) endpoints alike. The zones are the Nodes' labels from
+// their registration, before the proxies start: kube-proxy, labelled after its start,
+// was seen to keep ignoring the hints for want of its node's zone.
+func zoned(nodes []NodeSpec) []NodeSpec {
+	for i := range nodes {
+		nodes[i].Labels = map[string]string{zoneLabel: "zone-" + nodes[i].Name}
 	}
-	return nil
+	return nodes
 }
 
 // applied is a random set as created in the cluster.

@@ -95,14 +95,11 @@ type realSend struct {
 func TestPeerRealTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	c := startCluster(t, ctx, Spec{DualStack: true, Nodes: []NodeSpec{
+	c := startCluster(t, ctx, Spec{DualStack: true, Nodes: zoned([]NodeSpec{
 		{Name: "node-a", Proxy: NftProxy},
 		{Name: "node-b", Proxy: KubeProxyNftables},
 		{Name: "node-c", Proxy: NoProxy},
-	}})
-	if err := setZones(ctx, c); err != nil {
-		t.Fatal(err)
-	}
+	})})
 	// The kernel rate-limits the unreachables a reject sends to one client: a burst of
 	// connections to a Service without endpoints would time out instead of being refused.
 	for _, n := range c.Nodes[:2] {

@@ -73,16 +73,13 @@ func TestPeerConformance(t *testing.T) {
 	seed, sets := peerSeedAndSets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3+sets)*time.Minute)
 	defer cancel()
-	spec := Spec{DualStack: true, Nodes: []NodeSpec{
+	spec := Spec{DualStack: true, Nodes: zoned([]NodeSpec{
 		{Name: "node-a", Proxy: NftProxy},
 		{Name: "node-b", Proxy: KubeProxyNftables},
 		{Name: "node-c", Proxy: NoProxy}, // hosts the remote pods
-	}}
+	})}
 	c := startCluster(t, ctx, spec)
 	a, b, other := c.Nodes[0], c.Nodes[1], c.Nodes[2]
-	if err := setZones(ctx, c); err != nil {
-		t.Fatal(err)
-	}
 	tally := peerTally{byReason: map[string]int{}, kinds: map[string]int{}}
 	t.Cleanup(func() {
 		for reason, n := range tally.byReason {
