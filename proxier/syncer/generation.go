@@ -29,8 +29,8 @@ const RewriteEvery = time.Hour
 // failed sync, and RewriteEvery.
 //
 // A Syncer counts its own commits (an nft transaction, a netlink batch) and reads
-// the generation before and after each sync: when it grew by more than those, a
-// transaction of another writer came in between. A transaction that changes
+// the generation after each sync, and before a full sync due: when it grew by more
+// than those since the last read, a transaction of another writer came in between. A transaction that changes
 // nothing (a batch that flushes empty sets) leaves the generation as it was, so a
 // sync may count more commits than the generation shows; another writer's
 // transaction committed during that very sync then goes unseen, and is repaired
@@ -82,17 +82,27 @@ type genSync struct {
 	ok     bool
 }
 
-// beginSync reads the generation as a sync of s begins. A generation other than
-// the one read after the last sync means another writer committed since: no
-// table is known to be intact any more.
+// beginSync notes the generation as a sync of s begins. Only a full sync due
+// decides anything by it (Syncer.verified), so only then is it read: a generation
+// other than the one read after the last sync means another writer committed
+// since, and no table is known to be intact any more. An incremental sync starts
+// from that last one, and endSync sees any other writer's commit in between.
 func (s *Syncer) beginSync(ctx context.Context) genSync {
 	s.commits = 0
 	r, ok := s.transport.(generationReader)
 	if s.gens == nil || !ok {
 		return genSync{}
 	}
-	gen, err := r.generation(ctx)
 	g := s.gens
+	if !s.full {
+		g.mu.Lock()
+		last, known := g.last, g.known
+		g.mu.Unlock()
+		if known {
+			return genSync{before: last, ok: true}
+		}
+	}
+	gen, err := r.generation(ctx)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err != nil {
@@ -143,7 +153,8 @@ func (s *Syncer) endSync(ctx context.Context, gs genSync, rewrote, failed bool) 
 		g.known = false
 		return
 	case gen-gs.before > uint32(s.commits):
-		// Another writer committed during the sync.
+		// Another writer committed during the sync (or, for an incremental one,
+		// since the last).
 		clear(g.intact)
 	case failed:
 		delete(g.intact, s)

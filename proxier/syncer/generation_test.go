@@ -91,12 +91,20 @@ func TestKernelGenerationsVerifyTheResync(t *testing.T) {
 			t.Fatalf("the resync after the rewrite: %+v; want it verified", res)
 		}
 	}
-	// An incremental sync that is not due to be full stays as it was.
+	// An incremental sync that is not due to be full stays as it was; another
+	// writer's transaction before it, which it does not read the generation for,
+	// still makes the next resync a rewrite.
+	if err := ns.NFTApply(ctx, "add table ip other2\n"); err != nil {
+		t.Fatal(err)
+	}
 	st = clone(st)
 	setEndpoints(st, name, 3, 4)
 	changed[name] = true
 	if res := sync("incremental", false); res.Full || res.Verified {
 		t.Fatalf("incremental sync: %+v; want neither full nor verified", res)
+	}
+	if res := sync("resync after a write before an incremental sync", true); !res.Full || res.Verified {
+		t.Fatalf("resync after another writer's transaction before an incremental sync: %+v; want a full rewrite", res)
 	}
 	// RewriteEvery.
 	now = now.Add(RewriteEvery + time.Minute)
