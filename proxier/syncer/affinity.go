@@ -2,11 +2,8 @@ package syncer
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 
 	"sigs.k8s.io/knftables"
 
@@ -105,25 +102,15 @@ func withTimeout(key []string, secs string) []string {
 func (s *Syncer) kernelAffinityMoves(ctx context.Context, desired *ruleset.Ruleset, existing []string) ([]changeset.AffinityMove, error) {
 	old := ruleset.New(desired.Family, desired.Table)
 	want := ruleset.New(desired.Family, desired.Table)
-	names := slices.DeleteFunc(slices.Clone(existing), func(n string) bool { return !strings.HasPrefix(n, ruleset.AffinityMapPrefix) })
-	// Each listing is an nft process of its own: a restarted proxier lists the
-	// maps at once rather than one after the other.
-	listed := make([][]*knftables.Element, len(names))
-	errs := make([]error, len(names))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() {
-			if listed[i], errs[i] = s.nft.ListElements(ctx, "map", name); errs[i] != nil {
-				errs[i] = fmt.Errorf("listing map %s: %w", name, errs[i])
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	for i, name := range names {
-		for _, e := range listed[i] {
+	for _, name := range existing {
+		if !strings.HasPrefix(name, ruleset.AffinityMapPrefix) {
+			continue
+		}
+		elems, err := s.nft.ListElements(ctx, "map", name)
+		if err != nil {
+			return nil, fmt.Errorf("listing map %s: %w", name, err)
+		}
+		for _, e := range elems {
 			e.Map, e.Set = name, ""
 			old.AddKnftElement(e)
 		}
